@@ -1,0 +1,482 @@
+//! Anthropic Messages (JSON and SSE), token counting and Anthropic-format errors.
+
+use crate::fault::{Faults, Key};
+use crate::http::Response;
+use crate::reply::{self, Finish, Text};
+use crate::sse::{Sse, SseEvent};
+use crate::tokens;
+use crate::vendor::Call;
+use serde_json::{json, Value};
+
+pub fn error(status: u16, kind: &str, message: &str, request_id: &str) -> Response {
+    let body = json!({"type": "error", "error": {"type": kind, "message": message}, "request_id": request_id});
+    Response::json(status, &body)
+}
+
+fn invalid(call: &Call, message: &str) -> Response {
+    error(400, "invalid_request_error", message, &call.request_id)
+}
+
+/// The rejection for a missing `x-api-key` or `anthropic-version`, if any.
+pub fn auth_error(call: &Call) -> Option<Response> {
+    if call.req.header("x-api-key").is_none_or(|k| k.trim().is_empty()) {
+        let message = "x-api-key header is required";
+        return Some(error(401, "authentication_error", message, &call.request_id));
+    }
+    if call.req.header("anthropic-version").is_none() {
+        return Some(invalid(call, "anthropic-version: header is required"));
+    }
+    None
+}
+
+/// Error faults in precedence order quota, context_length, status; content_filter is a refusal instead.
+pub fn fault_error(f: &Faults, call: &Call) -> Option<Response> {
+    let status = f.get(Key::Status).map(|s| s as u16);
+    let rid = &call.request_id;
+    if f.has(Key::Quota) {
+        let message = "Your credit balance is too low to access the Anthropic API. Please go to Plans & Billing to upgrade or purchase credits.";
+        return Some(error(status.unwrap_or(400), "invalid_request_error", message, rid));
+    }
+    if f.has(Key::ContextLength) {
+        let message = "prompt is too long: 250000 tokens > 200000 maximum";
+        return Some(error(status.unwrap_or(400), "invalid_request_error", message, rid));
+    }
+    status.map(|s| status_error(s, call.base_model(), rid))
+}
+
+pub fn status_error(status: u16, model: &str, request_id: &str) -> Response {
+    let (kind, message) = match status {
+        401 => ("authentication_error", "invalid x-api-key".to_string()),
+        403 => ("permission_error", "Your API key does not have permission to use the specified resource.".to_string()),
+        404 => ("not_found_error", format!("model: {model}")),
+        413 => ("request_too_large", "Request exceeds the maximum allowed number of bytes.".to_string()),
+        429 => ("rate_limit_error", "This request would exceed the rate limit for your organization of 50 requests per minute. For details, refer to: https://docs.claude.com/en/api/rate-limits.".to_string()),
+        500 => ("api_error", "Internal server error".to_string()),
+        529 => ("overloaded_error", "Overloaded".to_string()),
+        400..=499 => ("invalid_request_error", format!("Invalid request (mock-provider fault status={status}).")),
+        _ => ("api_error", format!("Internal server error (mock-provider fault status={status}).")),
+    };
+    error(status, kind, &message, request_id)
+}
+
+pub fn stream_error_event() -> SseEvent {
+    let v = json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}});
+    SseEvent::named("error", &v, false)
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolUse {
+    pub id: String,
+    pub name: String,
+    pub input_json: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Usage {
+    pub input: u64,
+    pub output: u64,
+    pub cache_write: u64,
+    pub cache_read: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    pub id: String,
+    pub model: String,
+    pub text: Text,
+    pub tool: Option<ToolUse>,
+    pub stop_reason: &'static str,
+    pub stop_sequence: Option<String>,
+    pub usage: Option<Usage>,
+}
+
+pub fn messages(call: &Call, f: &Faults) -> Response {
+    if let Some(resp) = validate(call) {
+        return resp;
+    }
+    let plan = plan(call, f);
+    if call.bool_field("stream") {
+        return Response::sse(Sse { events: events(&plan), error_event: stream_error_event() });
+    }
+    Response::json(200, &message(&plan))
+}
+
+pub fn count_tokens(call: &Call, _: &Faults) -> Response {
+    if call.model.is_empty() {
+        return invalid(call, "model: Field required");
+    }
+    Response::json(200, &json!({"input_tokens": tokens::prompt_tokens(&call.body)}))
+}
+
+fn validate(call: &Call) -> Option<Response> {
+    if call.model.is_empty() {
+        return Some(invalid(call, "model: Field required"));
+    }
+    if !call.body.get("messages").is_some_and(Value::is_array) {
+        return Some(invalid(call, "messages: Field required"));
+    }
+    if !call.body.get("max_tokens").is_some_and(Value::is_u64) {
+        return Some(invalid(call, "max_tokens: Field required"));
+    }
+    None
+}
+
+pub fn plan(call: &Call, f: &Faults) -> Plan {
+    let body = &call.body;
+    let count = f.get(Key::Words).map_or(reply::DEFAULT_WORDS, |w| w as usize);
+    let words = reply::words(call.base_model(), call.number, count);
+    let max = body.get("max_tokens").and_then(Value::as_u64);
+    let text = reply::compose(words, max, &reply::stop_list(body.get("stop_sequences")));
+    let refusal = f.has(Key::ContentFilter);
+    let tool = match (&text.finish, refusal) {
+        (Finish::Complete, false) => chosen_tool(body).map(|(name, schema)| ToolUse {
+            id: reply::id("toolu_"),
+            name,
+            input_json: reply::tool_arguments(schema),
+        }),
+        _ => None,
+    };
+    let (stop_reason, stop_sequence) = match (&text.finish, refusal) {
+        (_, true) => ("refusal", None),
+        (Finish::MaxTokens, _) => ("max_tokens", None),
+        (Finish::Stop(s), _) => ("stop_sequence", Some(s.clone())),
+        (Finish::Complete, _) if tool.is_some() => ("tool_use", None),
+        (Finish::Complete, _) => ("end_turn", None),
+    };
+    let output = text.tokens() + tool.as_ref().map_or(0, |t| tokens::tool_tokens(&t.input_json));
+    let usage = (!f.has(Key::NoUsage)).then(|| Usage {
+        input: tokens::prompt_tokens(body),
+        output,
+        cache_write: f.get(Key::CacheWrite).unwrap_or(0),
+        cache_read: f.get(Key::Cached).unwrap_or(0),
+    });
+    Plan { id: reply::id("msg_"), model: call.model.clone(), text, tool, stop_reason, stop_sequence, usage }
+}
+
+/// `{"type":"tool","name":…}` picks a tool, `{"type":"none"}` disables them, else the first.
+fn chosen_tool(body: &Value) -> Option<(String, Option<&Value>)> {
+    let tools = body.get("tools")?.as_array().filter(|t| !t.is_empty())?;
+    let choice = body.get("tool_choice");
+    let kind = choice.and_then(|c| c.get("type")).and_then(Value::as_str);
+    if kind == Some("none") {
+        return None;
+    }
+    let name_of = |t: &Value| t.get("name").and_then(Value::as_str).map(str::to_string);
+    let wanted = choice.filter(|_| kind == Some("tool")).and_then(|c| c.get("name")).and_then(Value::as_str);
+    let tool = match wanted {
+        Some(name) => match tools.iter().find(|t| name_of(t).as_deref() == Some(name)) {
+            Some(t) => t,
+            None => return Some((name.to_string(), None)),
+        },
+        None => &tools[0],
+    };
+    let name = name_of(tool).unwrap_or_else(|| "tool".to_string());
+    Some((name, tool.get("input_schema")))
+}
+
+fn has_text_block(plan: &Plan) -> bool {
+    !plan.text.pieces.is_empty() || plan.tool.is_none()
+}
+
+fn tool_block(t: &ToolUse, input: Value) -> Value {
+    json!({"type": "tool_use", "id": t.id, "name": t.name, "input": input})
+}
+
+pub fn message(plan: &Plan) -> Value {
+    let mut content = Vec::new();
+    if has_text_block(plan) {
+        content.push(json!({"type": "text", "text": plan.text.joined()}));
+    }
+    if let Some(t) = &plan.tool {
+        let input = serde_json::from_str(&t.input_json).unwrap_or_else(|_| json!({}));
+        content.push(tool_block(t, input));
+    }
+    let mut v = json!({
+        "id": plan.id,
+        "type": "message",
+        "role": "assistant",
+        "model": plan.model,
+        "content": content,
+        "stop_reason": plan.stop_reason,
+        "stop_sequence": plan.stop_sequence
+    });
+    if let Some(u) = &plan.usage {
+        v["usage"] = json!({
+            "input_tokens": u.input,
+            "output_tokens": u.output,
+            "cache_creation_input_tokens": u.cache_write,
+            "cache_read_input_tokens": u.cache_read
+        });
+    }
+    v
+}
+
+pub fn events(plan: &Plan) -> Vec<SseEvent> {
+    let mut start = json!({
+        "id": plan.id,
+        "type": "message",
+        "role": "assistant",
+        "model": plan.model,
+        "content": [],
+        "stop_reason": null,
+        "stop_sequence": null
+    });
+    if let Some(u) = &plan.usage {
+        start["usage"] = json!({
+            "input_tokens": u.input,
+            "cache_creation_input_tokens": u.cache_write,
+            "cache_read_input_tokens": u.cache_read,
+            "output_tokens": 1
+        });
+    }
+    let mut ev = vec![SseEvent::named("message_start", &json!({"type": "message_start", "message": start}), false)];
+    let delta = |index: usize, delta: Value| {
+        let v = json!({"type": "content_block_delta", "index": index, "delta": delta});
+        SseEvent::named("content_block_delta", &v, true)
+    };
+    let block_start = |index: usize, block: Value| {
+        let v = json!({"type": "content_block_start", "index": index, "content_block": block});
+        SseEvent::named("content_block_start", &v, false)
+    };
+    let block_stop = |index: usize| {
+        let v = json!({"type": "content_block_stop", "index": index});
+        SseEvent::named("content_block_stop", &v, false)
+    };
+    let ping = SseEvent::named("ping", &json!({"type": "ping"}), false);
+    let mut index = 0;
+    if has_text_block(plan) {
+        ev.push(block_start(index, json!({"type": "text", "text": ""})));
+        ev.push(ping.clone());
+        for piece in &plan.text.pieces {
+            ev.push(delta(index, json!({"type": "text_delta", "text": piece})));
+        }
+        ev.push(block_stop(index));
+        index += 1;
+    }
+    if let Some(t) = &plan.tool {
+        ev.push(block_start(index, tool_block(t, json!({}))));
+        if index == 0 {
+            ev.push(ping);
+        }
+        let fragments = std::iter::once(String::new()).chain(reply::fragments(&t.input_json));
+        for piece in fragments {
+            ev.push(delta(index, json!({"type": "input_json_delta", "partial_json": piece})));
+        }
+        ev.push(block_stop(index));
+    }
+    let mut message_delta = json!({
+        "type": "message_delta",
+        "delta": {"stop_reason": plan.stop_reason, "stop_sequence": plan.stop_sequence}
+    });
+    if let Some(u) = &plan.usage {
+        message_delta["usage"] = json!({"output_tokens": u.output});
+    }
+    ev.push(SseEvent::named("message_delta", &message_delta, false));
+    ev.push(SseEvent::named("message_stop", &json!({"type": "message_stop"}), false));
+    ev
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::Request;
+    use crate::vendor::{respond, Api};
+
+    fn request(headers: &[(&str, &str)]) -> Request {
+        Request {
+            method: "POST".into(),
+            path: "/v1/messages".into(),
+            headers: headers.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect(),
+            ..Request::default()
+        }
+    }
+
+    const AUTH: &[(&str, &str)] = &[("x-api-key", "k"), ("anthropic-version", "2023-06-01")];
+
+    fn plan_for(body: Value) -> Plan {
+        let req = request(AUTH);
+        let call = Call::new(&req, body, 2, None);
+        let faults = crate::fault::collect(&call.model, None, None).unwrap();
+        plan(&call, &faults)
+    }
+
+    fn parse(e: &SseEvent) -> (String, Value) {
+        let (head, data) = e.text.trim_end().split_once("\ndata: ").unwrap();
+        (head.strip_prefix("event: ").unwrap().to_string(), serde_json::from_str(data).unwrap())
+    }
+
+    fn tools() -> Value {
+        json!([
+            {"name": "get_weather", "description": "d", "input_schema": {"type": "object",
+              "properties": {"location": {"type": "string"}}, "required": ["location"]}},
+            {"name": "other", "input_schema": {"type": "object", "properties": {}}}
+        ])
+    }
+
+    #[test]
+    fn message_shape() {
+        let p = plan_for(json!({"model": "claude-x+cached=5+cache_write=7", "max_tokens": 100, "system": "be brief",
+            "messages": [{"role": "user", "content": "hello"}]}));
+        let v = message(&p);
+        assert!(v["id"].as_str().unwrap().starts_with("msg_"));
+        assert_eq!(v["model"], "claude-x+cached=5+cache_write=7");
+        let expected = json!({
+            "id": v["id"], "type": "message", "role": "assistant", "model": "claude-x+cached=5+cache_write=7",
+            "content": [{"type": "text", "text": "Hello from claude-x: this is reply number 2."}],
+            "stop_reason": "end_turn", "stop_sequence": null,
+            // "be brief" + "user" + "hello" = 17 chars = 5 tokens.
+            "usage": {"input_tokens": 5, "output_tokens": 8, "cache_creation_input_tokens": 7, "cache_read_input_tokens": 5}
+        });
+        assert_eq!(v, expected);
+    }
+
+    #[test]
+    fn max_tokens_and_stop_sequences() {
+        let v = message(&plan_for(json!({"model": "c", "max_tokens": 2, "messages": []})));
+        assert_eq!((v["stop_reason"].clone(), v["usage"]["output_tokens"].clone()), (json!("max_tokens"), json!(2)));
+        let v =
+            message(&plan_for(json!({"model": "c", "max_tokens": 50, "messages": [], "stop_sequences": ["reply"]})));
+        assert_eq!(v["stop_reason"], "stop_sequence");
+        assert_eq!(v["stop_sequence"], "reply");
+        assert_eq!(v["content"][0]["text"], "Hello from c: this is ");
+    }
+
+    #[test]
+    fn refusal_and_no_usage() {
+        let v = message(&plan_for(
+            json!({"model": "c+content_filter+no_usage", "max_tokens": 50, "messages": [], "tools": tools()}),
+        ));
+        assert_eq!(v["stop_reason"], "refusal");
+        assert_eq!(v["content"].as_array().unwrap().len(), 1);
+        assert!(v.get("usage").is_none());
+        let p = plan_for(json!({"model": "c+no_usage", "max_tokens": 50, "messages": []}));
+        let ev = events(&p);
+        assert!(parse(&ev[0]).1["message"].get("usage").is_none());
+        assert!(parse(&ev[ev.len() - 2]).1.get("usage").is_none());
+    }
+
+    #[test]
+    fn tool_use_json() {
+        let v = message(&plan_for(json!({"model": "c+words=3", "max_tokens": 50, "messages": [], "tools": tools()})));
+        assert_eq!(v["stop_reason"], "tool_use");
+        assert_eq!(v["content"][0], json!({"type": "text", "text": "Hello from c:"}));
+        let tool = &v["content"][1];
+        assert!(tool["id"].as_str().unwrap().starts_with("toolu_"));
+        assert_eq!((tool["type"].clone(), tool["name"].clone()), (json!("tool_use"), json!("get_weather")));
+        assert_eq!(tool["input"], json!({"location": "mock"}));
+        assert_eq!(v["usage"]["output_tokens"], 3 + tokens::tool_tokens(r#"{"location": "mock"}"#));
+        let named = json!({"type": "tool", "name": "other"});
+        let v = message(&plan_for(
+            json!({"model": "c+words=0", "max_tokens": 50, "messages": [], "tools": tools(), "tool_choice": named}),
+        ));
+        assert_eq!(v["content"].as_array().unwrap().len(), 1);
+        assert_eq!(v["content"][0]["name"], "other");
+        let v = message(&plan_for(
+            json!({"model": "c", "max_tokens": 50, "messages": [], "tools": tools(), "tool_choice": {"type": "none"}}),
+        ));
+        assert_eq!(v["stop_reason"], "end_turn");
+    }
+
+    #[test]
+    fn stream_event_order_with_tool() {
+        let p = plan_for(json!({"model": "c+words=2", "max_tokens": 50, "messages": [], "tools": tools()}));
+        let ev: Vec<(String, Value)> = events(&p).iter().map(parse).collect();
+        let names: Vec<&str> = ev.iter().map(|(n, _)| n.as_str()).collect();
+        let n_json = 1 + reply::fragments(r#"{"location": "mock"}"#).len();
+        let mut expected = vec![
+            "message_start",
+            "content_block_start",
+            "ping",
+            "content_block_delta",
+            "content_block_delta",
+            "content_block_stop",
+            "content_block_start",
+        ];
+        expected.extend(std::iter::repeat_n("content_block_delta", n_json));
+        expected.extend(["content_block_stop", "message_delta", "message_stop"]);
+        assert_eq!(names, expected);
+        for (name, v) in &ev {
+            assert_eq!(v["type"], name.as_str());
+        }
+        let start = &ev[0].1["message"];
+        assert_eq!(start["content"], json!([]));
+        assert_eq!(start["stop_reason"], Value::Null);
+        assert_eq!(start["usage"]["output_tokens"], 1);
+        assert_eq!(start["usage"]["cache_read_input_tokens"], 0);
+        assert_eq!(
+            ev[1].1,
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})
+        );
+        assert_eq!(ev[3].1["delta"], json!({"type": "text_delta", "text": "Hello"}));
+        assert_eq!(ev[4].1["delta"], json!({"type": "text_delta", "text": " from"}));
+        let tool_start = &ev[6].1;
+        assert_eq!(tool_start["index"], 1);
+        assert_eq!(tool_start["content_block"]["input"], json!({}));
+        let json_text: String = ev[7..7 + n_json]
+            .iter()
+            .map(|(_, v)| {
+                assert_eq!(v["delta"]["type"], "input_json_delta");
+                v["delta"]["partial_json"].as_str().unwrap().to_string()
+            })
+            .collect();
+        assert_eq!(json_text, r#"{"location": "mock"}"#);
+        let md = &ev[ev.len() - 2].1;
+        assert_eq!(md["delta"], json!({"stop_reason": "tool_use", "stop_sequence": null}));
+        assert_eq!(md["usage"], json!({"output_tokens": 2 + 5}));
+    }
+
+    #[test]
+    fn auth_and_validation() {
+        type Case<'a> = (&'a [(&'a str, &'a str)], Value, u16, &'a str);
+        let cases: &[Case] = &[
+            (&[("anthropic-version", "v")], json!({}), 401, "authentication_error"),
+            (&[("x-api-key", "k")], json!({}), 400, "invalid_request_error"),
+            (AUTH, json!({"model": "c", "messages": []}), 400, "invalid_request_error"),
+        ];
+        for (headers, body, status, kind) in cases {
+            let req = request(headers);
+            let call = Call::new(&req, body.clone(), 1, None);
+            let resp = respond(Api::Anthropic, &call, messages);
+            assert_eq!(resp.status, *status);
+            let v = resp.body_json().unwrap();
+            assert_eq!((v["type"].as_str(), v["error"]["type"].as_str()), (Some("error"), Some(*kind)));
+            assert_eq!(v["request_id"], call.request_id.as_str());
+        }
+        let req = request(&[("anthropic-version", "v")]);
+        let call = Call::new(&req, json!({}), 1, None);
+        let resp = respond(Api::Anthropic, &call, messages).body_json().unwrap();
+        assert_eq!(resp["error"]["message"], "x-api-key header is required");
+        let req = request(AUTH);
+        let call = Call::new(&req, json!({"model": "c", "messages": []}), 1, None);
+        let resp = respond(Api::Anthropic, &call, messages).body_json().unwrap();
+        assert_eq!(resp["error"]["message"], "max_tokens: Field required");
+    }
+
+    #[test]
+    fn error_faults() {
+        let req = request(AUTH);
+        let call = Call::new(&req, json!({"model": "c"}), 1, None);
+        let body = |spec: &str| {
+            let r = fault_error(&Faults::parse(spec, ',').unwrap(), &call).unwrap();
+            (r.status, r.body_json().unwrap()["error"].clone())
+        };
+        let (s, e) = body("quota");
+        assert_eq!((s, e["type"].as_str()), (400, Some("invalid_request_error")));
+        assert!(e["message"].as_str().unwrap().starts_with("Your credit balance is too low"));
+        assert_eq!(body("context_length").1["message"], "prompt is too long: 250000 tokens > 200000 maximum");
+        for (code, kind) in [
+            (401, "authentication_error"),
+            (403, "permission_error"),
+            (404, "not_found_error"),
+            (413, "request_too_large"),
+            (429, "rate_limit_error"),
+            (500, "api_error"),
+            (529, "overloaded_error"),
+            (503, "api_error"),
+        ] {
+            let (s, e) = body(&format!("status={code}"));
+            assert_eq!((s, e["type"].as_str()), (code, Some(kind)));
+        }
+        assert!(fault_error(&Faults::parse("content_filter", ',').unwrap(), &call).is_none());
+    }
+}

@@ -1,0 +1,236 @@
+//! Shared server state for the admin API: call counters, last requests and
+//! scripted faults, all keyed by the request's full model string.
+
+use crate::fault::Faults;
+use crate::http::Request;
+use serde_json::{json, Map, Value};
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Scripts for this model apply to requests for any model without their own.
+pub const ANY_MODEL: &str = "*";
+
+#[derive(Debug)]
+pub struct Recorded {
+    pub method: String,
+    pub path: String,
+    pub query: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Arc<Vec<u8>>,
+}
+
+impl Recorded {
+    pub fn to_json(&self) -> Value {
+        let headers: Map<String, Value> =
+            self.headers.iter().map(|(n, v)| (n.clone(), Value::from(v.as_str()))).collect();
+        let body =
+            serde_json::from_slice(&self.body).unwrap_or_else(|_| Value::from(String::from_utf8_lossy(&self.body)));
+        json!({
+            "method": self.method,
+            "path": self.path,
+            "query": self.query,
+            "headers": headers,
+            "body": body,
+        })
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Script {
+    pub spec: String,
+    pub faults: Faults,
+    /// None: until cleared.
+    pub remaining: Option<u64>,
+}
+
+#[derive(Debug)]
+pub struct Arrival {
+    /// 1-based count of calls for this model (or of all calls when there is none).
+    pub number: u64,
+    pub scripted: Option<Faults>,
+}
+
+#[derive(Default)]
+struct Inner {
+    total: u64,
+    by_model: HashMap<String, u64>,
+    by_path: HashMap<String, u64>,
+    last: HashMap<String, Arc<Recorded>>,
+    last_any: Option<Arc<Recorded>>,
+    scripts: HashMap<String, VecDeque<Script>>,
+}
+
+#[derive(Default)]
+pub struct State {
+    inner: Mutex<Inner>,
+}
+
+impl State {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts and records a /v1 request and takes one use of its scripted fault.
+    pub fn arrive(&self, req: &Request, model: Option<&str>) -> Arrival {
+        let recorded = Arc::new(Recorded {
+            method: req.method.clone(),
+            path: req.path.clone(),
+            query: req.query.clone(),
+            headers: req.headers.clone(),
+            body: req.body.clone(),
+        });
+        let mut inner = self.lock();
+        inner.total += 1;
+        *inner.by_path.entry(req.path.clone()).or_default() += 1;
+        inner.last_any = Some(recorded.clone());
+        let Some(model) = model else {
+            return Arrival { number: inner.total, scripted: None };
+        };
+        let number = {
+            let n = inner.by_model.entry(model.to_string()).or_default();
+            *n += 1;
+            *n
+        };
+        inner.last.insert(model.to_string(), recorded);
+        let key = if inner.scripts.contains_key(model) { model } else { ANY_MODEL };
+        Arrival { number, scripted: take_script(&mut inner.scripts, key) }
+    }
+
+    pub fn calls(&self) -> Value {
+        let inner = self.lock();
+        json!({"total": inner.total, "by_model": inner.by_model, "by_path": inner.by_path})
+    }
+
+    pub fn calls_for(&self, model: &str) -> u64 {
+        self.lock().by_model.get(model).copied().unwrap_or(0)
+    }
+
+    pub fn last(&self, model: Option<&str>) -> Option<Arc<Recorded>> {
+        let inner = self.lock();
+        match model {
+            Some(m) => inner.last.get(m).cloned(),
+            None => inner.last_any.clone(),
+        }
+    }
+
+    /// Replaces the model's script, or queues behind it when `append`.
+    pub fn set_script(&self, model: &str, script: Script, append: bool) {
+        let mut inner = self.lock();
+        let queue = inner.scripts.entry(model.to_string()).or_default();
+        if !append {
+            queue.clear();
+        }
+        queue.push_back(script);
+    }
+
+    pub fn clear_script(&self, model: &str) -> bool {
+        self.lock().scripts.remove(model).is_some()
+    }
+
+    pub fn scripts(&self) -> Value {
+        let inner = self.lock();
+        let map: Map<String, Value> = inner
+            .scripts
+            .iter()
+            .map(|(model, queue)| {
+                let items = queue.iter().map(|s| json!({"fault": s.spec, "remaining": s.remaining})).collect();
+                (model.clone(), Value::Array(items))
+            })
+            .collect();
+        Value::Object(map)
+    }
+
+    pub fn reset(&self) {
+        *self.lock() = Inner::default();
+    }
+}
+
+fn take_script(scripts: &mut HashMap<String, VecDeque<Script>>, key: &str) -> Option<Faults> {
+    let queue = scripts.get_mut(key)?;
+    let front = queue.front_mut()?;
+    let faults = front.faults.clone();
+    if let Some(n) = front.remaining.as_mut() {
+        *n -= 1;
+        if *n == 0 {
+            queue.pop_front();
+        }
+    }
+    if queue.is_empty() {
+        scripts.remove(key);
+    }
+    Some(faults)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fault::Key;
+
+    fn req(path: &str) -> Request {
+        Request {
+            method: "POST".into(),
+            path: path.into(),
+            headers: vec![("authorization".into(), "Bearer k".into())],
+            body: Arc::new(br#"{"model":"m"}"#.to_vec()),
+            ..Request::default()
+        }
+    }
+
+    fn script(spec: &str, remaining: Option<u64>) -> Script {
+        Script { spec: spec.into(), faults: Faults::parse(spec, ',').unwrap(), remaining }
+    }
+
+    #[test]
+    fn counts_and_records() {
+        let s = State::default();
+        assert_eq!(s.arrive(&req("/v1/a"), Some("m")).number, 1);
+        assert_eq!(s.arrive(&req("/v1/a"), Some("m")).number, 2);
+        s.arrive(&req("/v1/b"), None);
+        assert_eq!(s.calls_for("m"), 2);
+        assert_eq!(s.calls(), json!({"total": 3, "by_model": {"m": 2}, "by_path": {"/v1/a": 2, "/v1/b": 1}}));
+        let last = s.last(Some("m")).unwrap().to_json();
+        assert_eq!(last["body"], json!({"model": "m"}));
+        assert_eq!(last["headers"]["authorization"], "Bearer k");
+        assert_eq!(s.last(None).unwrap().path, "/v1/b");
+        s.reset();
+        assert_eq!(s.calls()["total"], 0);
+        assert!(s.last(Some("m")).is_none());
+    }
+
+    #[test]
+    fn scripts_run_out_and_queue() {
+        let s = State::default();
+        s.set_script("m", script("status=500", Some(2)), false);
+        s.set_script("m", script("status=429", Some(1)), true);
+        let status = |s: &State| s.arrive(&req("/v1/a"), Some("m")).scripted.and_then(|f| f.get(Key::Status));
+        assert_eq!(status(&s), Some(500));
+        assert_eq!(status(&s), Some(500));
+        assert_eq!(status(&s), Some(429));
+        assert_eq!(status(&s), None);
+    }
+
+    #[test]
+    fn forever_scripts_replace_and_clear() {
+        let s = State::default();
+        s.set_script("m", script("status=500", None), false);
+        s.set_script("m", script("status=503", None), false);
+        for _ in 0..3 {
+            let f = s.arrive(&req("/v1/a"), Some("m")).scripted.unwrap();
+            assert_eq!(f.get(Key::Status), Some(503));
+        }
+        assert!(s.clear_script("m"));
+        assert!(s.arrive(&req("/v1/a"), Some("m")).scripted.is_none());
+    }
+
+    #[test]
+    fn wildcard_applies_when_model_has_no_script() {
+        let s = State::default();
+        s.set_script(ANY_MODEL, script("quota", Some(1)), false);
+        s.set_script("own", script("status=502", Some(1)), false);
+        let own = s.arrive(&req("/v1/a"), Some("own")).scripted.unwrap();
+        assert_eq!(own.get(Key::Status), Some(502));
+        assert!(s.arrive(&req("/v1/a"), Some("other")).scripted.unwrap().has(Key::Quota));
+        assert!(s.arrive(&req("/v1/a"), Some("other")).scripted.is_none());
+        assert_eq!(s.scripts(), json!({}));
+    }
+}

@@ -1,0 +1,42 @@
+//! Dispatch: admin API under /_mock, vendor endpoints under /v1.
+
+use crate::counters::State;
+use crate::http::Request;
+use crate::http::Response;
+use crate::vendor::{self, Api, Call};
+use crate::{admin, anthropic, embeddings, models, openai};
+use serde_json::Value;
+
+pub fn route(state: &State, req: &Request) -> Response {
+    if req.path == "/_mock" || req.path.starts_with("/_mock/") {
+        return admin::handle(state, req);
+    }
+    if !req.path.starts_with("/v1/") {
+        return openai::not_found(req);
+    }
+    let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
+    let model = body.get("model").and_then(Value::as_str);
+    let arrival = state.arrive(req, model);
+    let call = Call::new(req, body, arrival.number, arrival.scripted);
+    match (req.method.as_str(), req.path.as_str()) {
+        ("POST", "/v1/chat/completions") => vendor::respond(Api::OpenAi, &call, openai::chat),
+        ("POST", "/v1/embeddings") => vendor::respond(Api::OpenAi, &call, embeddings::create),
+        ("POST", "/v1/messages") => vendor::respond(Api::Anthropic, &call, anthropic::messages),
+        ("POST", "/v1/messages/count_tokens") => vendor::respond(Api::Anthropic, &call, anthropic::count_tokens),
+        ("GET", "/v1/models") => vendor::respond(models::api_for(req), &call, models::list),
+        ("GET", p) if p.len() > "/v1/models/".len() && p.starts_with("/v1/models/") => {
+            vendor::respond(models::api_for(req), &call, models::get)
+        }
+        _ => openai::not_found(req),
+    }
+}
+
+/// 413 in the format of the vendor the path belongs to.
+pub fn too_large(path: &str) -> Response {
+    let message = "Request exceeds the maximum allowed number of bytes.";
+    if path.starts_with("/v1/messages") {
+        anthropic::error(413, "request_too_large", message, &crate::reply::id("req_"))
+    } else {
+        openai::error(413, message, "invalid_request_error", None, None)
+    }
+}
