@@ -1,0 +1,48 @@
+//! What the worker calls: one round trip to a deployment's limiter object.
+
+use worker::wasm_bindgen::JsValue;
+use worker::{Error, Method, ObjectNamespace, Request, RequestInit, Result, Stub};
+
+use crate::deployment::StatusReport;
+use crate::protocol::{
+    decode_response, encode_request, object_name, AdmitDecision, AdmitRequest, LimiterRequest, LimiterResponse,
+    ProtocolError, SettleReport, SettleRequest, OBJECT_URL,
+};
+
+/// The stub of `deployment`'s limiter (same deployment id, same object).
+pub fn stub(namespace: &ObjectNamespace, deployment: &str) -> Result<Stub> {
+    namespace.id_from_name(&object_name(deployment))?.get_stub()
+}
+
+pub async fn call(stub: &Stub, req: &LimiterRequest) -> Result<LimiterResponse> {
+    let mut init = RequestInit::new();
+    init.with_method(Method::Post).with_body(Some(JsValue::from_str(&encode_request(req))));
+    let request = Request::new_with_init(OBJECT_URL, &init)?;
+    let body = stub.fetch_with_request(request).await?.text().await?;
+    decode_response(&body).map_err(to_worker)
+}
+
+pub async fn admit(stub: &Stub, req: AdmitRequest) -> Result<AdmitDecision> {
+    match call(stub, &LimiterRequest::Admit(req)).await? {
+        LimiterResponse::Admit(d) => Ok(d),
+        _ => Err(to_worker(ProtocolError::Mismatch { expected: "admit" })),
+    }
+}
+
+pub async fn settle(stub: &Stub, req: SettleRequest) -> Result<SettleReport> {
+    match call(stub, &LimiterRequest::Settle(req)).await? {
+        LimiterResponse::Settle(r) => Ok(r),
+        _ => Err(to_worker(ProtocolError::Mismatch { expected: "settle" })),
+    }
+}
+
+pub async fn status(stub: &Stub) -> Result<StatusReport> {
+    match call(stub, &LimiterRequest::Status).await? {
+        LimiterResponse::Status(s) => Ok(*s),
+        _ => Err(to_worker(ProtocolError::Mismatch { expected: "status" })),
+    }
+}
+
+fn to_worker(e: ProtocolError) -> Error {
+    Error::RustError(e.to_string())
+}

@@ -1,0 +1,375 @@
+//! One deployment's limiter: buckets, breaker, pause and reservations, changed only in whole
+//! steps (the Durable Object runs one step at a time, which is what makes admit atomic).
+//!
+//! Leases (an isolate taking N requests + T tokens to admit against locally) are meant to fit
+//! here without a rewrite: a lease is [`LimiterState::reserve`] with `Amounts { requests: N,
+//! tokens: T, .. }` under the lease id, and its return is [`LimiterState::reconcile`] of what was
+//! taken against what was used, followed by `Ledger::finish`. What is not designed yet is how
+//! the breaker learns per-request outcomes in batch, so no Lease/Return messages exist.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::breaker::{Breaker, BreakerState, BreakerStatus, Gate, Refusal};
+use crate::bucket::Bucket;
+use crate::limits::{Amounts, BucketKind, Limits};
+use crate::protocol::{
+    AdmitDecision, AdmitRequest, LimiterRequest, LimiterResponse, Outcome, RejectCode, Scope, SettleMatch,
+    SettleReport, SettleRequest, TokenUsage, UpstreamSignals,
+};
+use crate::reservations::{Found, Ledger, Reservation};
+
+/// A 429 without Retry-After or remaining-headers still slows the deployment down this long.
+pub const RATE_LIMITED_PAUSE_MS: u64 = 1_000;
+
+/// Concurrency slots free on settle, which cannot be predicted; ask again after this.
+pub const CONCURRENCY_RETRY_MS: u64 = 1_000;
+
+const SNAPSHOT_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PauseReason {
+    /// The vendor sent Retry-After (or a bare 429).
+    RetryAfter,
+    /// The vendor said the account's quota or spend cap is exhausted.
+    Quota,
+}
+
+impl PauseReason {
+    fn code(self) -> RejectCode {
+        match self {
+            PauseReason::RetryAfter => RejectCode::Paused,
+            PauseReason::Quota => RejectCode::QuotaExhausted,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pause {
+    pub until_ms: u64,
+    pub reason: PauseReason,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BucketStatus {
+    pub capacity: u64,
+    /// Whole tokens (or requests) available now; negative while in debt.
+    pub available: i64,
+    pub period_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusReport {
+    pub now_ms: u64,
+    pub breaker: BreakerStatus,
+    pub buckets: BTreeMap<BucketKind, BucketStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause: Option<Pause>,
+    pub in_flight: u64,
+    pub limits: Limits,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimiterState {
+    #[serde(rename = "v")]
+    version: u32,
+    limits: Limits,
+    buckets: BTreeMap<BucketKind, Bucket>,
+    breaker: Breaker,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pause: Option<Pause>,
+    #[serde(default)]
+    ledger: Ledger,
+}
+
+impl Default for LimiterState {
+    fn default() -> Self {
+        LimiterState::new(Limits::default(), 0)
+    }
+}
+
+impl LimiterState {
+    pub fn new(limits: Limits, now_ms: u64) -> Self {
+        let mut state = LimiterState {
+            version: SNAPSHOT_VERSION,
+            limits: Limits::default(),
+            buckets: BTreeMap::new(),
+            breaker: Breaker::default(),
+            pause: None,
+            ledger: Ledger::default(),
+        };
+        state.apply_limits(&limits, now_ms);
+        state
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.ledger.in_flight()
+    }
+
+    pub fn reservations(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    /// Runs one request; the Durable Object calls this with the clock and a random draw.
+    pub fn handle(&mut self, req: &LimiterRequest, now_ms: u64, rand: u64) -> LimiterResponse {
+        match req {
+            LimiterRequest::Admit(a) => LimiterResponse::Admit(self.admit(a, now_ms, rand)),
+            LimiterRequest::Settle(s) => LimiterResponse::Settle(self.settle(s, now_ms)),
+            LimiterRequest::Status => LimiterResponse::Status(Box::new(self.status(now_ms))),
+        }
+    }
+
+    /// Applies new limits at once; bucket levels carry over (clamped to new capacities).
+    pub fn set_limits(&mut self, limits: &Limits, now_ms: u64) {
+        if *limits != self.limits {
+            self.apply_limits(limits, now_ms);
+        }
+    }
+
+    fn apply_limits(&mut self, limits: &Limits, now_ms: u64) {
+        for kind in BucketKind::ALL {
+            match (kind.capacity(limits), self.buckets.get_mut(&kind)) {
+                (Some(cap), Some(bucket)) => bucket.set_limit(cap, now_ms),
+                (Some(cap), None) => {
+                    self.buckets.insert(kind, Bucket::new(cap, kind.period_ms(), kind.refill(), now_ms));
+                }
+                (None, _) => {
+                    self.buckets.remove(&kind);
+                }
+            }
+        }
+        self.limits = limits.clone();
+    }
+
+    /// Pause, breaker, ramp, then every bucket and a concurrency slot: all taken, or none.
+    pub fn admit(&mut self, req: &AdmitRequest, now_ms: u64, rand: u64) -> AdmitDecision {
+        if let Some(limits) = &req.limits {
+            self.set_limits(limits, now_ms);
+        }
+        self.expire(now_ms);
+        if let Some(r) = self.ledger.get(&req.id) {
+            // A retried admit (lost answer): same answer, nothing taken twice.
+            let (wait, probe) = (r.start_ms.saturating_sub(now_ms), r.probe);
+            return self.admitted(wait, probe, now_ms);
+        }
+        let wanted = Amounts::request(req.estimate.input, req.estimate.output);
+        let outcome = self
+            .check_pause(now_ms)
+            .and_then(|()| self.breaker.check(&self.limits.breaker, now_ms, rand))
+            .and_then(|gate| self.reserve(&req.id, wanted, req.max_wait_ms, gate, now_ms).map(|w| (w, gate)));
+        match outcome {
+            Ok((wait, gate)) => self.admitted(wait, gate == Gate::Probe, now_ms),
+            Err(r) => {
+                AdmitDecision::Rejected { code: r.code, retry_after_ms: r.retry_after_ms, scope: Scope::Deployment }
+            }
+        }
+    }
+
+    /// Takes `wanted` from every bucket plus a concurrency slot, or nothing; returns how long
+    /// the holder must wait before using it (at most `max_wait_ms`).
+    pub fn reserve(
+        &mut self,
+        id: &str,
+        wanted: Amounts,
+        max_wait_ms: u64,
+        gate: Gate,
+        now_ms: u64,
+    ) -> Result<u64, Refusal> {
+        let mut wait = 0;
+        let mut binding = None;
+        for (&kind, bucket) in &self.buckets {
+            match bucket.time_until(wanted.get(kind), now_ms) {
+                Ok(w) if w > wait => (wait, binding) = (w, Some(kind)),
+                Ok(_) => {}
+                // A zero-capacity bucket never has room: ask again in a period, never queue.
+                Err(_) => return Err(Refusal { code: kind.reject_code(), retry_after_ms: kind.period_ms() }),
+            }
+        }
+        if let (true, Some(kind)) = (wait > max_wait_ms, binding) {
+            return Err(Refusal { code: kind.reject_code(), retry_after_ms: wait });
+        }
+        if self.limits.max_concurrent.is_some_and(|max| self.ledger.in_flight() >= max as usize) {
+            return Err(Refusal { code: RejectCode::Concurrency, retry_after_ms: CONCURRENCY_RETRY_MS });
+        }
+        let start_ms = now_ms + wait;
+        let mut taken = wanted;
+        for (&kind, bucket) in self.buckets.iter_mut() {
+            taken.set(kind, bucket.take_for(wanted.get(kind), now_ms, start_ms));
+        }
+        let expires_ms = now_ms.saturating_add(self.limits.reservation_ttl_ms);
+        let probe = gate == Gate::Probe;
+        if probe {
+            self.breaker.begin_probe(id, expires_ms);
+        }
+        self.ledger.insert(id, Reservation { taken, start_ms, expires_ms, probe });
+        Ok(wait)
+    }
+
+    /// Reconciles usage, releases the slot, feeds the breaker and applies the vendor's signals.
+    pub fn settle(&mut self, req: &SettleRequest, now_ms: u64) -> SettleReport {
+        self.expire(now_ms);
+        let matched = match self.ledger.finish(&req.id, now_ms) {
+            Found::Settled => {
+                return SettleReport { reservation: SettleMatch::Duplicate, breaker: self.breaker.state() };
+            }
+            Found::Live(r) => {
+                self.reconcile(&r.taken, req.usage, now_ms);
+                SettleMatch::Settled
+            }
+            Found::Expired(taken) => {
+                self.reconcile(&taken, req.usage, now_ms);
+                SettleMatch::Late
+            }
+            Found::Unknown => SettleMatch::Unknown,
+        };
+        self.breaker.record(&self.limits.breaker, &req.id, &req.outcome, now_ms);
+        self.apply_signals(&req.outcome, &req.signals, now_ms);
+        SettleReport { reservation: matched, breaker: self.breaker.state() }
+    }
+
+    /// Actual usage replaces the estimate in each token bucket; requests stay counted.
+    pub fn reconcile(&mut self, taken: &Amounts, usage: Option<TokenUsage>, now_ms: u64) {
+        let Some(used) = usage else { return };
+        let actual = Amounts { requests: taken.requests, ..Amounts::request(used.input, used.output) };
+        for (&kind, bucket) in self.buckets.iter_mut() {
+            let (had, used) = (taken.get(kind), actual.get(kind));
+            if used > had {
+                bucket.charge(used - had, now_ms);
+            } else {
+                bucket.refund(had - used, now_ms);
+            }
+        }
+    }
+
+    /// Releases reservations past their expiry (slots and probe; estimates stay charged).
+    pub fn expire(&mut self, now_ms: u64) {
+        self.breaker.advance(&self.limits.breaker, now_ms);
+        for (id, r) in self.ledger.expire(now_ms) {
+            if r.probe {
+                self.breaker.release_probe(&id);
+            }
+        }
+        self.ledger.prune(now_ms, self.limits.reservation_ttl_ms);
+        if self.pause.is_some_and(|p| p.until_ms <= now_ms) {
+            self.pause = None;
+        }
+    }
+
+    pub fn status(&mut self, now_ms: u64) -> StatusReport {
+        self.expire(now_ms);
+        StatusReport {
+            now_ms,
+            breaker: self.breaker.status(&self.limits.breaker, now_ms),
+            buckets: self
+                .buckets
+                .iter()
+                .map(|(&kind, b)| {
+                    (
+                        kind,
+                        BucketStatus {
+                            capacity: b.capacity(),
+                            available: b.available(now_ms),
+                            period_ms: b.period_ms(),
+                        },
+                    )
+                })
+                .collect(),
+            pause: self.pause,
+            in_flight: self.ledger.in_flight() as u64,
+            limits: self.limits.clone(),
+        }
+    }
+
+    /// Changes here are rare and costly to lose (breaker phase and probe, pauses): the shell
+    /// persists them at once.
+    pub fn critical_key(&self) -> ((BreakerState, u64, bool), Option<Pause>) {
+        (self.breaker.phase_key(), self.pause)
+    }
+
+    /// When a reservation next needs expiring, if any is outstanding.
+    pub fn next_expiry(&self) -> Option<u64> {
+        self.ledger.earliest_expiry()
+    }
+
+    pub fn to_snapshot(&self) -> String {
+        serde_json::to_string(self).expect("limiter state always serializes")
+    }
+
+    /// The snapshot without reservations, for when the full one is too large to store.
+    pub fn to_snapshot_without_reservations(&self) -> String {
+        let slim = LimiterState { ledger: Ledger::default(), ..self.clone() };
+        slim.to_snapshot()
+    }
+
+    pub fn from_snapshot(text: &str) -> Result<Self, String> {
+        let state: LimiterState = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        if state.version != SNAPSHOT_VERSION {
+            return Err(format!("snapshot version {} is not {SNAPSHOT_VERSION}", state.version));
+        }
+        Ok(state)
+    }
+
+    fn check_pause(&self, now_ms: u64) -> Result<(), Refusal> {
+        match self.pause {
+            Some(p) if p.until_ms > now_ms => {
+                Err(Refusal { code: p.reason.code(), retry_after_ms: p.until_ms - now_ms })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn apply_signals(&mut self, outcome: &Outcome, signals: &UpstreamSignals, now_ms: u64) {
+        let told = match outcome {
+            Outcome::RateLimited { retry_after_ms } => (*retry_after_ms).max(signals.retry_after_ms),
+            _ => signals.retry_after_ms,
+        };
+        let remaining_known = signals.remaining_requests.is_some() || signals.remaining_tokens.is_some();
+        match (told, outcome) {
+            (Some(ms), _) => self.pause_until(now_ms.saturating_add(ms), PauseReason::RetryAfter),
+            (None, Outcome::RateLimited { .. }) if !remaining_known => {
+                self.pause_until(now_ms + RATE_LIMITED_PAUSE_MS, PauseReason::RetryAfter)
+            }
+            _ => {}
+        }
+        if *outcome == Outcome::QuotaExhausted {
+            self.pause_until(now_ms.saturating_add(self.limits.quota_pause_ms), PauseReason::Quota);
+        }
+        if let (Some(left), Some(b)) = (signals.remaining_requests, self.buckets.get_mut(&BucketKind::Rpm)) {
+            b.clamp_to(left, signals.reset_requests_ms, now_ms);
+        }
+        if let (Some(left), Some(b)) = (signals.remaining_tokens, self.buckets.get_mut(&BucketKind::Tpm)) {
+            b.clamp_to(left, signals.reset_tokens_ms, now_ms);
+        }
+    }
+
+    /// Pauses only ever extend.
+    fn pause_until(&mut self, until_ms: u64, reason: PauseReason) {
+        if self.pause.is_none_or(|p| until_ms > p.until_ms) {
+            self.pause = Some(Pause { until_ms, reason });
+        }
+    }
+
+    fn admitted(&self, start_after_ms: u64, probe: bool, now_ms: u64) -> AdmitDecision {
+        let left = |kinds: &[BucketKind]| {
+            kinds.iter().filter_map(|k| self.buckets.get(k)).map(|b| b.available(now_ms).max(0) as u64).min()
+        };
+        AdmitDecision::Admitted {
+            start_after_ms,
+            remaining_requests: left(&[BucketKind::Rpm, BucketKind::Rpd]),
+            remaining_tokens: left(&[BucketKind::Tpm]),
+            probe,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
+
+#[cfg(test)]
+mod invariants;

@@ -1,0 +1,392 @@
+//! The JSON messages between the worker and a deployment's limiter object.
+//!
+//! The worker POSTs one [`LimiterRequest`] to [`OBJECT_URL`] on the stub named by
+//! [`object_name`] and reads back one [`LimiterResponse`]; `GET` answers the status.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::breaker::BreakerState;
+use crate::deployment::StatusReport;
+use crate::limits::Limits;
+
+/// Durable Objects ignore the host; the path is kept for logs and future routing.
+pub const OBJECT_URL: &str = "https://limiter.internal/v1";
+
+/// The Durable Object name for a deployment id (stable: same id, same object).
+pub fn object_name(deployment: &str) -> String {
+    format!("deployment:{deployment}")
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum LimiterRequest {
+    Admit(AdmitRequest),
+    Settle(SettleRequest),
+    Status,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum LimiterResponse {
+    Admit(AdmitDecision),
+    Settle(SettleReport),
+    Status(Box<StatusReport>),
+    Error { message: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdmitRequest {
+    /// Chosen by the caller, unique per attempt; settle refers to it.
+    pub id: String,
+    /// The route table's current limits; `None` keeps the ones the object has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<Limits>,
+    /// Estimated prompt tokens and the output budget (max tokens).
+    #[serde(default)]
+    pub estimate: TokenUsage,
+    /// How long the caller is willing to sleep for bucket capacity; 0 means not at all.
+    #[serde(default)]
+    pub max_wait_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SettleRequest {
+    pub id: String,
+    pub outcome: Outcome,
+    /// What the vendor reported; `None` keeps the estimate charged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<TokenUsage>,
+    #[serde(default, skip_serializing_if = "UpstreamSignals::is_empty")]
+    pub signals: UpstreamSignals,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenUsage {
+    pub input: u64,
+    pub output: u64,
+}
+
+/// How an attempt ended, as far as the breaker is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Outcome {
+    Success,
+    /// 5xx, connection failure, first-token timeout, empty response: counts toward tripping.
+    Failure,
+    /// 429: never counts; pauses the deployment instead.
+    RateLimited {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retry_after_ms: Option<u64>,
+    },
+    /// `insufficient_quota` / spend cap: pauses the deployment for `quota_pause_ms`.
+    QuotaExhausted,
+    /// 4xx caused by the request itself: not the deployment's fault.
+    Neutral,
+}
+
+/// Rate-limit headers the vendor sent, already parsed; reset times are relative to now.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct UpstreamSignals {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remaining_requests: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remaining_tokens: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reset_requests_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reset_tokens_ms: Option<u64>,
+}
+
+impl UpstreamSignals {
+    pub fn is_empty(&self) -> bool {
+        *self == UpstreamSignals::default()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "decision", rename_all = "snake_case")]
+pub enum AdmitDecision {
+    Admitted {
+        /// Sleep this long before calling upstream: the place in line is already held.
+        start_after_ms: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        remaining_requests: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        remaining_tokens: Option<u64>,
+        /// This attempt is the half-open probe: its outcome opens or closes the breaker.
+        #[serde(default)]
+        probe: bool,
+    },
+    Rejected {
+        code: RejectCode,
+        retry_after_ms: u64,
+        scope: Scope,
+    },
+}
+
+impl AdmitDecision {
+    pub fn is_admitted(&self) -> bool {
+        matches!(self, AdmitDecision::Admitted { .. })
+    }
+}
+
+/// Which limit refused an admission (the machine-readable reason the client sees).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RejectCode {
+    Rpm,
+    Tpm,
+    InputTpm,
+    OutputTpm,
+    Rpd,
+    Concurrency,
+    BreakerOpen,
+    HalfOpenProbeInFlight,
+    Ramping,
+    Paused,
+    QuotaExhausted,
+}
+
+impl RejectCode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RejectCode::Rpm => "rpm",
+            RejectCode::Tpm => "tpm",
+            RejectCode::InputTpm => "input_tpm",
+            RejectCode::OutputTpm => "output_tpm",
+            RejectCode::Rpd => "rpd",
+            RejectCode::Concurrency => "concurrency",
+            RejectCode::BreakerOpen => "breaker_open",
+            RejectCode::HalfOpenProbeInFlight => "half_open_probe_in_flight",
+            RejectCode::Ramping => "ramping",
+            RejectCode::Paused => "paused",
+            RejectCode::QuotaExhausted => "quota_exhausted",
+        }
+    }
+
+    /// Whether the deployment itself is unhealthy or told us to stop (versus merely busy).
+    pub fn is_health(self) -> bool {
+        matches!(
+            self,
+            RejectCode::BreakerOpen
+                | RejectCode::HalfOpenProbeInFlight
+                | RejectCode::Ramping
+                | RejectCode::Paused
+                | RejectCode::QuotaExhausted
+        )
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    Deployment,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SettleReport {
+    pub reservation: SettleMatch,
+    /// The breaker after this outcome.
+    pub breaker: BreakerState,
+}
+
+/// What the settled id referred to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SettleMatch {
+    /// A live reservation: usage reconciled, slot released.
+    Settled,
+    /// A reservation that had expired: usage reconciled, outcome applied.
+    Late,
+    /// Already settled: nothing was done.
+    Duplicate,
+    /// Never seen (or forgotten): outcome and signals applied, no usage to reconcile.
+    Unknown,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProtocolError {
+    /// The body was not valid JSON for the expected message.
+    Malformed(String),
+    /// The object answered with an error.
+    Remote(String),
+    /// The object answered a different operation than the one asked.
+    Mismatch { expected: &'static str },
+}
+
+impl fmt::Display for ProtocolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProtocolError::Malformed(e) => write!(f, "malformed limiter message: {e}"),
+            ProtocolError::Remote(e) => write!(f, "limiter error: {e}"),
+            ProtocolError::Mismatch { expected } => write!(f, "limiter answered another operation than {expected}"),
+        }
+    }
+}
+
+impl std::error::Error for ProtocolError {}
+
+pub fn encode_request(req: &LimiterRequest) -> String {
+    serde_json::to_string(req).expect("limiter requests always serialize")
+}
+
+pub fn decode_request(body: &str) -> Result<LimiterRequest, ProtocolError> {
+    serde_json::from_str(body).map_err(|e| ProtocolError::Malformed(e.to_string()))
+}
+
+pub fn encode_response(resp: &LimiterResponse) -> String {
+    serde_json::to_string(resp).expect("limiter responses always serialize")
+}
+
+pub fn decode_response(body: &str) -> Result<LimiterResponse, ProtocolError> {
+    match serde_json::from_str(body).map_err(|e| ProtocolError::Malformed(e.to_string()))? {
+        LimiterResponse::Error { message } => Err(ProtocolError::Remote(message)),
+        resp => Ok(resp),
+    }
+}
+
+pub fn decode_admit(body: &str) -> Result<AdmitDecision, ProtocolError> {
+    match decode_response(body)? {
+        LimiterResponse::Admit(d) => Ok(d),
+        _ => Err(ProtocolError::Mismatch { expected: "admit" }),
+    }
+}
+
+pub fn decode_settle(body: &str) -> Result<SettleReport, ProtocolError> {
+    match decode_response(body)? {
+        LimiterResponse::Settle(r) => Ok(r),
+        _ => Err(ProtocolError::Mismatch { expected: "settle" }),
+    }
+}
+
+pub fn decode_status(body: &str) -> Result<StatusReport, ProtocolError> {
+    match decode_response(body)? {
+        LimiterResponse::Status(s) => Ok(*s),
+        _ => Err(ProtocolError::Mismatch { expected: "status" }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn round_trip_request(req: LimiterRequest) {
+        assert_eq!(decode_request(&encode_request(&req)).unwrap(), req);
+    }
+
+    #[test]
+    fn admit_wire_format() {
+        let req = LimiterRequest::Admit(AdmitRequest {
+            id: "r1".into(),
+            limits: Some(Limits { rpm: Some(10), ..Limits::default() }),
+            estimate: TokenUsage { input: 120, output: 256 },
+            max_wait_ms: 500,
+        });
+        let v: serde_json::Value = serde_json::from_str(&encode_request(&req)).unwrap();
+        assert_eq!(v["op"], "admit");
+        assert_eq!(v["id"], "r1");
+        assert_eq!(v["estimate"], json!({"input":120,"output":256}));
+        assert_eq!(v["max_wait_ms"], 500);
+        assert_eq!(v["limits"]["rpm"], 10);
+        round_trip_request(req);
+        let minimal = decode_request(r#"{"op":"admit","id":"r2"}"#).unwrap();
+        assert_eq!(
+            minimal,
+            LimiterRequest::Admit(AdmitRequest {
+                id: "r2".into(),
+                limits: None,
+                estimate: TokenUsage::default(),
+                max_wait_ms: 0
+            })
+        );
+    }
+
+    #[test]
+    fn settle_wire_format() {
+        let body = r#"{"op":"settle","id":"r1","outcome":{"kind":"rate_limited","retry_after_ms":2000},
+            "usage":{"input":100,"output":7},"signals":{"remaining_tokens":0,"reset_tokens_ms":6000}}"#;
+        let req = decode_request(body).unwrap();
+        let LimiterRequest::Settle(s) = &req else { panic!("not a settle") };
+        assert_eq!(s.outcome, Outcome::RateLimited { retry_after_ms: Some(2_000) });
+        assert_eq!(s.usage, Some(TokenUsage { input: 100, output: 7 }));
+        assert_eq!(s.signals.remaining_tokens, Some(0));
+        assert_eq!(s.signals.reset_tokens_ms, Some(6_000));
+        round_trip_request(req);
+        let bare = decode_request(r#"{"op":"settle","id":"r1","outcome":{"kind":"success"}}"#).unwrap();
+        let LimiterRequest::Settle(s) = bare else { panic!("not a settle") };
+        assert!(s.signals.is_empty() && s.usage.is_none());
+        round_trip_request(LimiterRequest::Status);
+    }
+
+    #[test]
+    fn decisions_wire_format() {
+        let admitted = LimiterResponse::Admit(AdmitDecision::Admitted {
+            start_after_ms: 0,
+            remaining_requests: Some(9),
+            remaining_tokens: None,
+            probe: false,
+        });
+        let text = encode_response(&admitted);
+        assert_eq!(
+            text,
+            r#"{"op":"admit","decision":"admitted","start_after_ms":0,"remaining_requests":9,"probe":false}"#
+        );
+        assert_eq!(decode_response(&text).unwrap(), admitted);
+
+        let rejected = LimiterResponse::Admit(AdmitDecision::Rejected {
+            code: RejectCode::HalfOpenProbeInFlight,
+            retry_after_ms: 1_000,
+            scope: Scope::Deployment,
+        });
+        let text = encode_response(&rejected);
+        assert_eq!(
+            text,
+            r#"{"op":"admit","decision":"rejected","code":"half_open_probe_in_flight","retry_after_ms":1000,"scope":"deployment"}"#
+        );
+        assert!(!decode_admit(&text).unwrap().is_admitted());
+    }
+
+    #[test]
+    fn codes_serialize_as_their_names() {
+        use RejectCode::*;
+        for code in [
+            Rpm,
+            Tpm,
+            InputTpm,
+            OutputTpm,
+            Rpd,
+            Concurrency,
+            BreakerOpen,
+            HalfOpenProbeInFlight,
+            Ramping,
+            Paused,
+            QuotaExhausted,
+        ] {
+            assert_eq!(serde_json::to_value(code).unwrap(), json!(code.as_str()));
+        }
+        assert!(BreakerOpen.is_health() && QuotaExhausted.is_health() && !Tpm.is_health() && !Concurrency.is_health());
+    }
+
+    #[test]
+    fn settle_report_and_errors_decode() {
+        let report = SettleReport { reservation: SettleMatch::Late, breaker: BreakerState::HalfOpen };
+        let text = encode_response(&LimiterResponse::Settle(report));
+        assert_eq!(text, r#"{"op":"settle","reservation":"late","breaker":"half_open"}"#);
+        assert_eq!(decode_settle(&text).unwrap(), report);
+        assert_eq!(decode_admit(&text), Err(ProtocolError::Mismatch { expected: "admit" }));
+        let err = encode_response(&LimiterResponse::Error { message: "bad".into() });
+        assert_eq!(decode_settle(&err), Err(ProtocolError::Remote("bad".into())));
+        assert!(matches!(decode_response("{"), Err(ProtocolError::Malformed(_))));
+    }
+
+    #[test]
+    fn object_names_are_stable() {
+        assert_eq!(object_name("gpt4o-east"), "deployment:gpt4o-east");
+    }
+}
