@@ -1,0 +1,329 @@
+//! Provider adapters: the canonical OpenAI request to each vendor's wire format, and each vendor's
+//! responses, streams and errors back to OpenAI's format. Pure: no clocks, no I/O.
+
+// ApiError is the client-facing error, built at most once per request; boxing it buys nothing here.
+
+#[cfg(test)]
+macro_rules! fixture {
+    ($name:literal) => {
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/providers/", $name))
+    };
+}
+
+mod anthropic;
+mod error_class;
+mod openai;
+mod retry_after;
+#[cfg(test)]
+mod stream_split_tests;
+
+pub use error_class::{classify, stream_error_event, ErrorClass, UpstreamError};
+pub use retry_after::parse_retry_after;
+
+use crate::api_error::ApiError;
+use crate::canonical::ChatRequest;
+use crate::routes::{AuthScheme, Deployment, ProviderKind};
+use crate::sse::SseParser;
+use crate::usage::Usage;
+use serde_json::Value;
+
+/// One HTTP POST to a vendor; the caller adds nothing but transport.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamCall {
+    pub url: String,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+/// Builds the vendor request for a chat completion. `force_usage` asks an OpenAI-compatible vendor
+/// for stream usage (when `quirks.stream_options` allows) even if the client did not; the
+/// translator then drops the usage-only chunk the client did not ask for.
+pub fn build_chat(
+    dep: &Deployment,
+    req: &ChatRequest,
+    credential: &str,
+    force_usage: bool,
+) -> Result<UpstreamCall, ApiError> {
+    match dep.provider {
+        ProviderKind::Openai => openai::build_chat(dep, req, credential, force_usage),
+        ProviderKind::Anthropic => anthropic::build_chat(dep, req, credential),
+    }
+}
+
+/// Builds an embeddings request; only OpenAI-compatible vendors have one.
+pub fn build_embeddings(dep: &Deployment, body: &Value, credential: &str) -> Result<UpstreamCall, ApiError> {
+    match dep.provider {
+        ProviderKind::Openai => openai::build_embeddings(dep, body, credential),
+        ProviderKind::Anthropic => Err(ApiError::invalid_request(
+            "unsupported_endpoint",
+            "Embeddings are not available for this model: it is served by Anthropic, which has no embeddings API.",
+        )
+        .with_param("model")),
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatResult {
+    /// An OpenAI `chat.completion` JSON body for the client.
+    pub body: String,
+    pub usage: Option<Usage>,
+}
+
+/// Translates a successful (2xx) chat response. `created` (Unix seconds) stamps responses the
+/// gateway writes itself (Anthropic); OpenAI-compatible bodies pass through byte for byte.
+pub fn translate_chat_response(dep: &Deployment, body: &[u8], created: u64) -> Result<ChatResult, UpstreamError> {
+    match dep.provider {
+        ProviderKind::Openai => openai::translate_chat_response(body),
+        ProviderKind::Anthropic => anthropic::translate_chat_response(body, created),
+    }
+}
+
+/// Passes an embeddings body through and reads its usage (prompt tokens only).
+pub fn translate_embeddings_response(dep: &Deployment, body: &[u8]) -> Result<(String, Option<Usage>), UpstreamError> {
+    match dep.provider {
+        ProviderKind::Openai => openai::translate_embeddings_response(body),
+        ProviderKind::Anthropic => Err(UpstreamError::malformed(200, "Anthropic has no embeddings API")),
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamEnd {
+    /// The vendor's terminator arrived (`[DONE]`, `message_stop`) and the client got `data: [DONE]`.
+    Complete,
+    /// The upstream ended without its terminator, or sent an error event: the caller owes the
+    /// client a `stream_error_event` and bills the partial usage.
+    Truncated,
+}
+
+/// Turns one upstream SSE stream into OpenAI chat-completion chunks, chunk by chunk.
+pub struct StreamTranslator {
+    parser: SseParser,
+    flavor: Flavor,
+    emitted: bool,
+    failure: Option<UpstreamError>,
+}
+
+enum Flavor {
+    Openai(openai::OpenaiStream),
+    Anthropic(anthropic::AnthropicStream),
+}
+
+impl Flavor {
+    fn on_event(&mut self, ev: &crate::sse::SseEvent, out: &mut Vec<u8>) -> Result<(), UpstreamError> {
+        match self {
+            Flavor::Openai(s) => s.on_event(ev, out),
+            Flavor::Anthropic(s) => s.on_event(ev, out),
+        }
+    }
+
+    fn done(&self) -> bool {
+        match self {
+            Flavor::Openai(s) => s.done(),
+            Flavor::Anthropic(s) => s.done(),
+        }
+    }
+}
+
+impl StreamTranslator {
+    /// `created` (Unix seconds) stamps the chunks the gateway writes itself (Anthropic).
+    pub fn new(dep: &Deployment, client_wants_usage: bool, created: u64) -> Self {
+        let flavor = match dep.provider {
+            ProviderKind::Openai => Flavor::Openai(openai::OpenaiStream::new(client_wants_usage)),
+            ProviderKind::Anthropic => Flavor::Anthropic(anthropic::AnthropicStream::new(client_wants_usage, created)),
+        };
+        StreamTranslator { parser: SseParser::new(), flavor, emitted: false, failure: None }
+    }
+
+    /// Appends client SSE bytes for every complete upstream event in `chunk`. Returns the vendor's
+    /// mid-stream error the first time one arrives; after that, and after the terminator, input is ignored.
+    pub fn feed(&mut self, chunk: &[u8], out: &mut Vec<u8>) -> Option<UpstreamError> {
+        if self.failure.is_some() || self.flavor.done() {
+            return None;
+        }
+        self.parser.feed(chunk);
+        let before = out.len();
+        while let Some(ev) = self.parser.next_event() {
+            if let Err(e) = self.flavor.on_event(&ev, out) {
+                self.failure = Some(e.clone());
+                self.emitted |= out.len() > before;
+                return Some(e);
+            }
+            if self.flavor.done() {
+                break;
+            }
+        }
+        self.emitted |= out.len() > before;
+        None
+    }
+
+    /// Upstream closed: flushes a last unterminated event and reports how the stream ended.
+    pub fn finish(&mut self, out: &mut Vec<u8>) -> StreamEnd {
+        let before = out.len();
+        while self.failure.is_none() && !self.flavor.done() {
+            let Some(ev) = self.parser.finish() else { break };
+            if let Err(e) = self.flavor.on_event(&ev, out) {
+                self.failure = Some(e);
+            }
+        }
+        let end = match &mut self.flavor {
+            _ if self.failure.is_some() => StreamEnd::Truncated,
+            Flavor::Openai(s) => s.finish(out),
+            Flavor::Anthropic(s) if s.done() => StreamEnd::Complete,
+            Flavor::Anthropic(_) => StreamEnd::Truncated,
+        };
+        self.emitted |= out.len() > before;
+        end
+    }
+
+    /// What the vendor reported so far; for a cut stream, the partial counts (e.g. Anthropic's input).
+    pub fn usage(&self) -> Option<Usage> {
+        match &self.flavor {
+            Flavor::Openai(s) => s.usage(),
+            Flavor::Anthropic(s) => s.usage(),
+        }
+    }
+
+    /// Whether any byte for the client was produced; until then a failed attempt can still be retried.
+    pub fn emitted_any(&self) -> bool {
+        self.emitted
+    }
+
+    /// The mid-stream error the vendor sent, if any (also returned once by `feed`).
+    pub fn failure(&self) -> Option<&UpstreamError> {
+        self.failure.as_ref()
+    }
+}
+
+/// Appends `path` to the base URL, before any query string (Azure's `?api-version=`).
+fn endpoint(base_url: &str, path: &str) -> String {
+    let (base, query) = base_url.split_once('?').map_or((base_url, None), |(b, q)| (b, Some(q)));
+    let url = format!("{}{path}", base.trim_end_matches('/'));
+    match query {
+        Some(q) => format!("{url}?{q}"),
+        None => url,
+    }
+}
+
+/// Content type, the credential per `dep.auth`, the adapter's own headers, then `quirks.headers`
+/// (which replace a header of the same name).
+fn headers(dep: &Deployment, credential: &str, own: &[(&str, &str)]) -> Vec<(String, String)> {
+    let bearer = || ("authorization".to_string(), format!("Bearer {credential}"));
+    let auth = match (&dep.auth, dep.provider) {
+        (AuthScheme::Header { name }, _) => (name.clone(), credential.to_string()),
+        (AuthScheme::Bearer, _) | (AuthScheme::Default, ProviderKind::Openai) => bearer(),
+        (AuthScheme::Default, ProviderKind::Anthropic) => ("x-api-key".to_string(), credential.to_string()),
+    };
+    let mut out = vec![("content-type".to_string(), "application/json".to_string()), auth];
+    out.extend(own.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    for (name, value) in &dep.quirks.headers {
+        out.retain(|(k, _)| !k.eq_ignore_ascii_case(name));
+        out.push((name.clone(), value.clone()));
+    }
+    out
+}
+
+/// A 2xx body as JSON: empty means the vendor sent nothing (a breaker failure), garbage is a server error.
+fn read_json(body: &[u8]) -> Result<Value, UpstreamError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(UpstreamError::empty_response(200, "the upstream returned an empty body"));
+    }
+    serde_json::from_slice(body)
+        .map_err(|e| UpstreamError::malformed(200, format!("the upstream returned a malformed body: {e}")))
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    use crate::routes::Deployment;
+
+    pub fn deployment(provider: &str) -> Deployment {
+        let (base, model) = match provider {
+            "anthropic" => ("https://api.anthropic.com/v1", "claude-sonnet-4-5"),
+            _ => ("https://api.openai.com/v1/", "gpt-4o-mini"),
+        };
+        serde_json::from_value(serde_json::json!({
+            "provider": provider, "base_url": base, "model": model, "credential": "VENDOR_KEY"
+        }))
+        .unwrap()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::deployment;
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn headers_follow_auth_scheme_and_quirks() {
+        let mut dep = deployment("anthropic");
+        let h = headers(&dep, "k", &[("anthropic-version", "2023-06-01")]);
+        assert_eq!(h[1], ("x-api-key".to_string(), "k".to_string()));
+        dep.auth = AuthScheme::Bearer;
+        dep.quirks.headers.insert("Anthropic-Version".into(), "2024-01-01".into());
+        dep.quirks.headers.insert("anthropic-beta".into(), "prompt-caching-2024-07-31".into());
+        let h = headers(&dep, "k", &[("anthropic-version", "2023-06-01")]);
+        assert_eq!(
+            h,
+            vec![
+                ("content-type".into(), "application/json".into()),
+                ("authorization".into(), "Bearer k".into()),
+                ("Anthropic-Version".into(), "2024-01-01".into()),
+                ("anthropic-beta".into(), "prompt-caching-2024-07-31".into()),
+            ]
+        );
+        let mut dep = deployment("openai");
+        dep.auth = AuthScheme::Header { name: "api-key".into() };
+        assert_eq!(headers(&dep, "k", &[])[1], ("api-key".to_string(), "k".to_string()));
+    }
+
+    #[test]
+    fn endpoint_keeps_query_after_path() {
+        assert_eq!(
+            endpoint("https://api.deepseek.com/", "/chat/completions"),
+            "https://api.deepseek.com/chat/completions"
+        );
+        assert_eq!(
+            endpoint("https://x.openai.azure.com/openai/deployments/gpt4o?api-version=2024-10-21", "/chat/completions"),
+            "https://x.openai.azure.com/openai/deployments/gpt4o/chat/completions?api-version=2024-10-21"
+        );
+    }
+
+    #[test]
+    fn embeddings_only_for_openai_compatible() {
+        let body = json!({"model": "embed", "input": ["a", "b"], "encoding_format": "float"});
+        let call = build_embeddings(&deployment("openai"), &body, "k").unwrap();
+        assert_eq!(call.url, "https://api.openai.com/v1/embeddings");
+        let sent: Value = serde_json::from_str(&call.body).unwrap();
+        assert_eq!(sent, json!({"model": "gpt-4o-mini", "input": ["a", "b"], "encoding_format": "float"}));
+        let err = build_embeddings(&deployment("anthropic"), &body, "k").unwrap_err();
+        assert_eq!((err.status, err.code.as_str()), (400, "unsupported_endpoint"));
+    }
+
+    #[test]
+    fn empty_and_malformed_bodies_are_upstream_failures() {
+        for dep in [deployment("openai"), deployment("anthropic")] {
+            let empty = translate_chat_response(&dep, b" \n", 0).unwrap_err();
+            assert_eq!(empty.class, ErrorClass::EmptyResponse);
+            assert!(empty.class.counts_for_breaker());
+            let garbage = translate_chat_response(&dep, b"<html>502</html>", 0).unwrap_err();
+            assert_eq!(garbage.class, ErrorClass::ServerError);
+        }
+    }
+
+    #[test]
+    fn translator_ignores_input_after_failure_and_terminator() {
+        let dep = deployment("anthropic");
+        let mut t = StreamTranslator::new(&dep, false, 1);
+        let mut out = Vec::new();
+        let err = t.feed(
+            b"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"boom\"}}\n\n",
+            &mut out,
+        );
+        assert_eq!(err.map(|e| e.class), Some(ErrorClass::ServerError));
+        assert!(!t.emitted_any() && out.is_empty());
+        assert_eq!(t.feed(b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n", &mut out), None);
+        assert_eq!(t.finish(&mut out), StreamEnd::Truncated);
+        assert_eq!(t.failure().map(|e| e.message.as_str()), Some("boom"));
+        assert!(out.is_empty());
+    }
+}

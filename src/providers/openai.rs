@@ -1,0 +1,363 @@
+//! OpenAI and OpenAI-compatible vendors (DeepSeek, Qwen, GLM, vLLM): the request is the canonical
+//! one with a few quirks applied; responses and streams pass through, read only for usage.
+
+use super::{classify, endpoint, headers, read_json, ChatResult, StreamEnd, UpstreamCall, UpstreamError};
+use crate::api_error::ApiError;
+use crate::canonical::ChatRequest;
+use crate::routes::{Deployment, MaxTokensField, ProviderKind};
+use crate::sse::{write_data, SseEvent};
+use crate::usage::Usage;
+use serde_json::Value;
+
+pub(super) fn build_chat(
+    dep: &Deployment,
+    req: &ChatRequest,
+    credential: &str,
+    force_usage: bool,
+) -> Result<UpstreamCall, ApiError> {
+    let mut body = req.clone();
+    body.model = dep.model.clone();
+    apply_max_tokens(dep, &mut body);
+    if !dep.quirks.stream_options || !body.is_stream() {
+        body.stream_options = None;
+    } else if force_usage {
+        body.stream_options.get_or_insert_with(Default::default).include_usage = Some(true);
+    }
+    let body =
+        serde_json::to_string(&body).map_err(|e| ApiError::internal(format!("could not encode request: {e}")))?;
+    Ok(UpstreamCall { url: endpoint(&dep.base_url, "/chat/completions"), headers: headers(dep, credential, &[]), body })
+}
+
+/// Renames the output cap to the field the vendor accepts; the deployment default fills a missing one.
+fn apply_max_tokens(dep: &Deployment, body: &mut ChatRequest) {
+    let value = body.max_output_tokens().or(dep.default_max_tokens.map(u64::from));
+    match dep.quirks.max_tokens_field {
+        MaxTokensField::MaxTokens => (body.max_tokens, body.max_completion_tokens) = (value, None),
+        MaxTokensField::MaxCompletionTokens => (body.max_tokens, body.max_completion_tokens) = (None, value),
+        MaxTokensField::AsSent if body.max_output_tokens().is_none() => body.max_tokens = value,
+        MaxTokensField::AsSent => {}
+    }
+}
+
+pub(super) fn build_embeddings(dep: &Deployment, body: &Value, credential: &str) -> Result<UpstreamCall, ApiError> {
+    let Some(obj) = body.as_object() else {
+        return Err(ApiError::invalid_request("invalid_type", "The request body must be a JSON object."));
+    };
+    if obj.get("input").is_none_or(Value::is_null) {
+        return Err(ApiError::invalid_request("missing_required_parameter", "Missing required parameter: 'input'.")
+            .with_param("input"));
+    }
+    let mut obj = obj.clone();
+    obj.insert("model".into(), Value::from(dep.model.clone()));
+    Ok(UpstreamCall {
+        url: endpoint(&dep.base_url, "/embeddings"),
+        headers: headers(dep, credential, &[]),
+        body: Value::Object(obj).to_string(),
+    })
+}
+
+pub(super) fn translate_chat_response(body: &[u8]) -> Result<ChatResult, UpstreamError> {
+    let v = read_json(body)?;
+    reject_error_body(&v, body)?;
+    match v.get("choices").and_then(Value::as_array) {
+        None => return Err(UpstreamError::malformed(200, "the upstream response has no choices")),
+        Some(c) if c.is_empty() => return Err(UpstreamError::empty_response(200, "the upstream returned no choices")),
+        Some(_) => {}
+    }
+    let usage = v.get("usage").and_then(Usage::from_openai);
+    Ok(ChatResult { body: String::from_utf8_lossy(body).into_owned(), usage })
+}
+
+pub(super) fn translate_embeddings_response(body: &[u8]) -> Result<(String, Option<Usage>), UpstreamError> {
+    let v = read_json(body)?;
+    reject_error_body(&v, body)?;
+    if !v.get("data").is_some_and(Value::is_array) {
+        return Err(UpstreamError::malformed(200, "the upstream embeddings response has no data"));
+    }
+    let usage = v.get("usage").and_then(Usage::from_openai);
+    Ok((String::from_utf8_lossy(body).into_owned(), usage))
+}
+
+/// Some compatible vendors answer 200 with an error body.
+fn reject_error_body(v: &Value, body: &[u8]) -> Result<(), UpstreamError> {
+    if v.get("error").is_some_and(|e| !e.is_null()) && v.get("choices").is_none() && v.get("data").is_none() {
+        return Err(classify(ProviderKind::Openai, 200, None, body));
+    }
+    Ok(())
+}
+
+/// A choice whose delta only announces the role: nothing a client would show yet.
+fn is_preamble(choice: &Value) -> bool {
+    choice.get("finish_reason").is_none_or(Value::is_null)
+        && choice.get("delta").and_then(Value::as_object).is_none_or(|d| {
+            d.iter().all(|(k, v)| {
+                k == "role" || v.is_null() || v.as_str() == Some("") || v.as_array().is_some_and(Vec::is_empty)
+            })
+        })
+}
+
+pub(crate) struct OpenaiStream {
+    wants_usage: bool,
+    /// Role-only chunks held back until real output, so a failure before it can still be retried.
+    held: Vec<u8>,
+    released: bool,
+    usage: Option<Usage>,
+    finish_seen: bool,
+    done: bool,
+}
+
+impl OpenaiStream {
+    pub(super) fn new(wants_usage: bool) -> Self {
+        OpenaiStream { wants_usage, held: Vec::new(), released: false, usage: None, finish_seen: false, done: false }
+    }
+
+    pub(super) fn on_event(&mut self, ev: &SseEvent, out: &mut Vec<u8>) -> Result<(), UpstreamError> {
+        if ev.data.trim() == "[DONE]" {
+            self.release(out);
+            write_data(out, "[DONE]");
+            self.done = true;
+            return Ok(());
+        }
+        // A client parses every data line as a JSON object; a cut or garbled event would break it.
+        let Ok(Value::Object(chunk)) = serde_json::from_str::<Value>(&ev.data) else { return Ok(()) };
+        let choices = chunk.get("choices").and_then(Value::as_array);
+        if chunk.get("error").is_some_and(|e| !e.is_null()) && choices.is_none() {
+            return Err(classify(ProviderKind::Openai, 0, None, ev.data.as_bytes()));
+        }
+        let usage = chunk.get("usage").filter(|u| !u.is_null());
+        if let Some(u) = usage.and_then(Usage::from_openai) {
+            self.usage = Some(u);
+        }
+        let choices = choices.map_or(&[][..], Vec::as_slice);
+        self.finish_seen |= choices.iter().any(|c| c.get("finish_reason").is_some_and(|f| !f.is_null()));
+        // Clients that did not ask for usage may index choices[0] of the usage-only chunk.
+        if choices.is_empty() && usage.is_some() && !self.wants_usage {
+            return Ok(());
+        }
+        // Azure opens with a `choices: []` chunk of prompt filter results: nothing to show either.
+        if !self.released && (choices.is_empty() || choices.iter().all(is_preamble)) {
+            write_data(&mut self.held, &ev.data);
+            return Ok(());
+        }
+        self.release(out);
+        write_data(out, &ev.data);
+        Ok(())
+    }
+
+    fn release(&mut self, out: &mut Vec<u8>) {
+        self.released = true;
+        out.append(&mut self.held);
+    }
+
+    /// Some compatible vendors end after the finish chunk without `[DONE]`; that stream is complete.
+    pub(super) fn finish(&mut self, out: &mut Vec<u8>) -> StreamEnd {
+        if !self.done && self.finish_seen {
+            self.release(out);
+            write_data(out, "[DONE]");
+            self.done = true;
+        }
+        if self.done {
+            StreamEnd::Complete
+        } else {
+            StreamEnd::Truncated
+        }
+    }
+
+    pub(super) fn done(&self) -> bool {
+        self.done
+    }
+
+    pub(super) fn usage(&self) -> Option<Usage> {
+        self.usage
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::providers::testing::deployment;
+    use crate::providers::{build_chat, translate_chat_response, ErrorClass, StreamTranslator};
+    use serde_json::json;
+
+    fn request(v: Value) -> ChatRequest {
+        ChatRequest::parse(v.to_string().as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn golden_request_keeps_unknown_fields_and_applies_quirks() {
+        let mut dep = deployment("openai");
+        dep.quirks.max_tokens_field = MaxTokensField::MaxCompletionTokens;
+        dep.quirks.headers.insert("OpenAI-Organization".into(), "org-gateway".into());
+        let req = ChatRequest::parse(fixture!("openai_request.json").as_bytes()).unwrap();
+        let call = build_chat(&dep, &req, "sk-vendor", true).unwrap();
+        assert_eq!(call.url, "https://api.openai.com/v1/chat/completions");
+        assert_eq!(
+            call.headers,
+            vec![
+                ("content-type".to_string(), "application/json".to_string()),
+                ("authorization".to_string(), "Bearer sk-vendor".to_string()),
+                ("OpenAI-Organization".to_string(), "org-gateway".to_string()),
+            ]
+        );
+        let sent: Value = serde_json::from_str(&call.body).unwrap();
+        let want: Value = serde_json::from_str(fixture!("openai_request.upstream.json")).unwrap();
+        assert_eq!(sent, want);
+    }
+
+    #[test]
+    fn stream_options_only_when_streaming_and_supported() {
+        let base = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": true});
+        let mut dep = deployment("openai");
+        let sent = |dep: &Deployment, v: Value, force: bool| -> Value {
+            serde_json::from_str(&build_chat(dep, &request(v), "k", force).unwrap().body).unwrap()
+        };
+        assert_eq!(sent(&dep, base.clone(), true)["stream_options"], json!({"include_usage": true}));
+        assert_eq!(sent(&dep, base.clone(), false).get("stream_options"), None);
+        let mut with_opts = base.clone();
+        with_opts["stream_options"] = json!({"include_usage": false, "include_obfuscation": false});
+        assert_eq!(
+            sent(&dep, with_opts.clone(), true)["stream_options"],
+            json!({"include_usage": true, "include_obfuscation": false})
+        );
+        let mut not_streaming = with_opts.clone();
+        not_streaming["stream"] = json!(false);
+        assert_eq!(sent(&dep, not_streaming, true).get("stream_options"), None);
+        dep.quirks.stream_options = false;
+        assert_eq!(sent(&dep, with_opts, true).get("stream_options"), None);
+    }
+
+    #[test]
+    fn max_tokens_field_quirk() {
+        let mut dep = deployment("openai");
+        let sent = |dep: &Deployment, v: Value| -> Value {
+            serde_json::from_str(&build_chat(dep, &request(v), "k", false).unwrap().body).unwrap()
+        };
+        let msgs = json!([{"role": "user", "content": "hi"}]);
+        let both = json!({"model": "m", "messages": msgs, "max_tokens": 10, "max_completion_tokens": 20});
+        let none = json!({"model": "m", "messages": msgs});
+        assert_eq!(
+            (sent(&dep, both.clone())["max_tokens"].clone(), sent(&dep, both.clone())["max_completion_tokens"].clone()),
+            (json!(10), json!(20))
+        );
+        assert_eq!(sent(&dep, none.clone()).get("max_tokens"), None);
+        dep.default_max_tokens = Some(300);
+        assert_eq!(sent(&dep, none.clone())["max_tokens"], 300);
+        dep.quirks.max_tokens_field = MaxTokensField::MaxTokens;
+        let v = sent(&dep, both.clone());
+        assert_eq!((v["max_tokens"].clone(), v.get("max_completion_tokens")), (json!(20), None));
+        dep.quirks.max_tokens_field = MaxTokensField::MaxCompletionTokens;
+        let v = sent(&dep, none);
+        assert_eq!((v.get("max_tokens"), v["max_completion_tokens"].clone()), (None, json!(300)));
+    }
+
+    #[test]
+    fn response_passes_through_byte_for_byte() {
+        let dep = deployment("openai");
+        let body = fixture!("openai_response.json");
+        let r = translate_chat_response(&dep, body.as_bytes(), 0).unwrap();
+        assert_eq!(r.body, body);
+        assert_eq!(r.usage, Some(Usage { input: 9, output: 12, cached_read: 0, cache_write: 0, reasoning: 0 }));
+    }
+
+    #[test]
+    fn cached_and_reasoning_usage_normalized() {
+        let dep = deployment("openai");
+        let r = translate_chat_response(&dep, fixture!("openai_response_reasoning_cached.json").as_bytes(), 0).unwrap();
+        assert_eq!(
+            r.usage,
+            Some(Usage { input: 1254, output: 1320, cached_read: 1152, cache_write: 0, reasoning: 1024 })
+        );
+        let r = translate_chat_response(&dep, fixture!("deepseek_response.json").as_bytes(), 0).unwrap();
+        assert_eq!(r.usage, Some(Usage { input: 13, output: 36, cached_read: 64, cache_write: 0, reasoning: 20 }));
+    }
+
+    #[test]
+    fn error_body_with_200_and_missing_choices() {
+        let dep = deployment("openai");
+        let e = translate_chat_response(&dep, br#"{"error":{"message":"overloaded","type":"server_error"}}"#, 0)
+            .unwrap_err();
+        assert_eq!(e.class, ErrorClass::ServerError);
+        let e = translate_chat_response(&dep, br#"{"id":"x","choices":[]}"#, 0).unwrap_err();
+        assert_eq!(e.class, ErrorClass::EmptyResponse);
+        let e = translate_chat_response(&dep, br#"{"id":"x"}"#, 0).unwrap_err();
+        assert_eq!(e.class, ErrorClass::ServerError);
+    }
+
+    #[test]
+    fn embeddings_usage() {
+        let body = br#"{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.1]}],"model":"text-embedding-3-small","usage":{"prompt_tokens":8,"total_tokens":8}}"#;
+        let (out, usage) = translate_embeddings_response(body).unwrap();
+        assert_eq!(out.as_bytes(), body);
+        assert_eq!(usage, Some(Usage { input: 8, ..Usage::default() }));
+    }
+
+    fn run(wants_usage: bool, transcript: &str) -> (String, Option<Usage>, Option<UpstreamError>, StreamEnd, bool) {
+        let mut t = StreamTranslator::new(&deployment("openai"), wants_usage, 0);
+        let mut out = Vec::new();
+        let err = t.feed(transcript.as_bytes(), &mut out);
+        let end = t.finish(&mut out);
+        (String::from_utf8(out).unwrap(), t.usage(), err, end, t.emitted_any())
+    }
+
+    #[test]
+    fn golden_stream_text_passes_through() {
+        let (out, usage, err, end, emitted) = run(false, fixture!("openai_stream_text.sse"));
+        assert_eq!(out, fixture!("openai_stream_text.sse"));
+        assert_eq!((usage, err, end, emitted), (None, None, StreamEnd::Complete, true));
+    }
+
+    #[test]
+    fn golden_stream_tools_with_usage() {
+        let (out, usage, err, end, _) = run(true, fixture!("openai_stream_tools_usage.sse"));
+        assert_eq!(out, fixture!("openai_stream_tools_usage.sse"));
+        let want = Usage { input: 80, output: 17, cached_read: 0, cache_write: 0, reasoning: 0 };
+        assert_eq!((usage, err, end), (Some(want), None, StreamEnd::Complete));
+    }
+
+    #[test]
+    fn golden_stream_usage_chunk_dropped_when_not_asked() {
+        let (out, usage, _, end, _) = run(false, fixture!("openai_stream_tools_usage.sse"));
+        assert_eq!(out, fixture!("openai_stream_tools_usage.no_usage.sse"));
+        assert_eq!((usage.map(|u| u.output), end), (Some(17), StreamEnd::Complete));
+    }
+
+    #[test]
+    fn role_chunk_held_until_output_so_early_failures_stay_retryable() {
+        let role = "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\",\"refusal\":null},\"finish_reason\":null}]}\n\n";
+        let (out, _, err, end, emitted) = run(
+            false,
+            &format!(
+                "{role}data: {{\"error\":{{\"message\":\"The server had an error\",\"type\":\"server_error\"}}}}\n\n"
+            ),
+        );
+        assert_eq!((out.as_str(), end, emitted), ("", StreamEnd::Truncated, false));
+        assert_eq!(err.map(|e| (e.class, e.status)), Some((ErrorClass::ServerError, 0)));
+        let (out, _, _, end, _) = run(false, &format!("{role}: keepalive\n\ndata: [DONE]\n\n"));
+        assert_eq!((out, end), (format!("{role}data: [DONE]\n\n"), StreamEnd::Complete));
+    }
+
+    #[test]
+    fn azure_prompt_filter_chunk_is_held_too() {
+        let filter = "data: {\"choices\":[],\"created\":0,\"id\":\"\",\"model\":\"\",\"object\":\"\",\"prompt_filter_results\":[{\"prompt_index\":0,\"content_filter_results\":{}}]}\n\n";
+        let (out, _, _, end, emitted) = run(false, filter);
+        assert_eq!((out.as_str(), end, emitted), ("", StreamEnd::Truncated, false));
+        let content = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"},\"finish_reason\":null}]}\n\n";
+        let (out, _, _, _, _) = run(false, &format!("{filter}{content}data: [DONE]\n\n"));
+        assert_eq!(out, format!("{filter}{content}data: [DONE]\n\n"));
+    }
+
+    #[test]
+    fn stream_without_done_after_finish_reason_is_complete() {
+        let body = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"},\"finish_reason\":null}]}\r\n\r\ndata: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}";
+        let (out, _, _, end, _) = run(false, body);
+        assert_eq!(end, StreamEnd::Complete);
+        assert!(out.ends_with("\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n"), "{out}");
+    }
+
+    #[test]
+    fn golden_stream_truncated() {
+        let (out, usage, err, end, emitted) = run(true, fixture!("openai_stream_truncated.sse"));
+        assert_eq!(out, fixture!("openai_stream_truncated.expected.sse"));
+        assert_eq!((usage, err, end, emitted), (None, None, StreamEnd::Truncated, true));
+    }
+}

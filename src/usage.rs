@@ -1,0 +1,167 @@
+//! Token usage as vendors report it, normalized to one shape for billing and reconciliation.
+//!
+//! `input` counts prompt tokens billed at the full input price, that is *excluding* cache reads and
+//! cache writes (Anthropic's `input_tokens`; OpenAI's `prompt_tokens - cached_tokens`).
+//! `cached_read` and `cache_write` are the other two parts of the prompt. `output` counts every
+//! generated token, and `reasoning` is the part of `output` the model spent thinking (already in
+//! `output`, reported for information).
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub input: u64,
+    pub output: u64,
+    pub cached_read: u64,
+    pub cache_write: u64,
+    pub reasoning: u64,
+}
+
+/// OpenAI's `usage` object, in OpenAI's field order, for responses the gateway writes itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OpenaiUsage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub total_tokens: u64,
+    pub prompt_tokens_details: PromptTokensDetails,
+    pub completion_tokens_details: CompletionTokensDetails,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PromptTokensDetails {
+    pub cached_tokens: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CompletionTokensDetails {
+    pub reasoning_tokens: u64,
+}
+
+impl Usage {
+    /// Every prompt token, cached or not: what OpenAI calls `prompt_tokens`.
+    pub fn prompt_tokens(&self) -> u64 {
+        self.input.saturating_add(self.cached_read).saturating_add(self.cache_write)
+    }
+
+    pub fn total_tokens(&self) -> u64 {
+        self.prompt_tokens().saturating_add(self.output)
+    }
+
+    /// Reads an OpenAI-style `usage` object (OpenAI, DeepSeek, Qwen, GLM, vLLM); `None` if it is not one.
+    pub fn from_openai(usage: &Value) -> Option<Usage> {
+        let obj = usage.as_object()?;
+        let prompt = obj.get("prompt_tokens").and_then(Value::as_u64);
+        let completion = obj.get("completion_tokens").and_then(Value::as_u64);
+        if prompt.is_none() && completion.is_none() {
+            return None;
+        }
+        let prompt = prompt.unwrap_or(0);
+        let cached = usage
+            .pointer("/prompt_tokens_details/cached_tokens")
+            .and_then(Value::as_u64)
+            // DeepSeek reports its context-cache hits under its own name.
+            .or_else(|| obj.get("prompt_cache_hit_tokens").and_then(Value::as_u64))
+            .unwrap_or(0)
+            .min(prompt);
+        let reasoning =
+            usage.pointer("/completion_tokens_details/reasoning_tokens").and_then(Value::as_u64).unwrap_or(0);
+        Some(Usage {
+            input: prompt - cached,
+            output: completion.unwrap_or(0),
+            cached_read: cached,
+            cache_write: 0,
+            reasoning,
+        })
+    }
+
+    /// Reads an Anthropic `usage` object; `None` if it carries no token counts.
+    pub fn from_anthropic(usage: &Value) -> Option<Usage> {
+        let mut u = Usage::default();
+        u.merge_anthropic(usage).then_some(u)
+    }
+
+    /// Overwrites the fields an Anthropic `usage` object carries (stream counts are cumulative);
+    /// returns whether it carried any.
+    pub fn merge_anthropic(&mut self, usage: &Value) -> bool {
+        let Some(obj) = usage.as_object() else { return false };
+        let mut any = false;
+        let mut take = |key: &str, slot: &mut u64| {
+            if let Some(n) = obj.get(key).and_then(Value::as_u64) {
+                *slot = n;
+                any = true;
+            }
+        };
+        take("input_tokens", &mut self.input);
+        take("output_tokens", &mut self.output);
+        take("cache_read_input_tokens", &mut self.cached_read);
+        take("cache_creation_input_tokens", &mut self.cache_write);
+        any
+    }
+
+    pub fn to_openai(&self) -> OpenaiUsage {
+        OpenaiUsage {
+            prompt_tokens: self.prompt_tokens(),
+            completion_tokens: self.output,
+            total_tokens: self.total_tokens(),
+            prompt_tokens_details: PromptTokensDetails { cached_tokens: self.cached_read },
+            completion_tokens_details: CompletionTokensDetails { reasoning_tokens: self.reasoning },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn openai_cached_and_reasoning_split_out() {
+        let u = Usage::from_openai(&json!({
+            "prompt_tokens": 2006, "completion_tokens": 300, "total_tokens": 2306,
+            "prompt_tokens_details": {"cached_tokens": 1920, "audio_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": 192, "audio_tokens": 0}
+        }))
+        .unwrap();
+        assert_eq!(u, Usage { input: 86, output: 300, cached_read: 1920, cache_write: 0, reasoning: 192 });
+        assert_eq!(u.prompt_tokens(), 2006);
+        assert_eq!(u.total_tokens(), 2306);
+    }
+
+    #[test]
+    fn deepseek_cache_hit_tokens() {
+        let u = Usage::from_openai(&json!({
+            "prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110,
+            "prompt_cache_hit_tokens": 64, "prompt_cache_miss_tokens": 36
+        }))
+        .unwrap();
+        assert_eq!((u.input, u.cached_read), (36, 64));
+    }
+
+    #[test]
+    fn openai_null_or_garbage_is_none() {
+        assert_eq!(Usage::from_openai(&Value::Null), None);
+        assert_eq!(Usage::from_openai(&json!({"foo": 1})), None);
+        let cached_exceeds =
+            Usage::from_openai(&json!({"prompt_tokens": 5, "prompt_tokens_details": {"cached_tokens": 9}}));
+        assert_eq!(cached_exceeds.unwrap().input, 0);
+    }
+
+    #[test]
+    fn anthropic_merge_is_cumulative_overwrite() {
+        let mut u = Usage::from_anthropic(&json!({
+            "input_tokens": 25, "output_tokens": 1,
+            "cache_creation_input_tokens": 100, "cache_read_input_tokens": 2000
+        }))
+        .unwrap();
+        assert!(u.merge_anthropic(&json!({"output_tokens": 15})));
+        assert_eq!(u, Usage { input: 25, output: 15, cached_read: 2000, cache_write: 100, reasoning: 0 });
+        assert!(!u.merge_anthropic(&json!({"server_tool_use": {}})));
+        let o = serde_json::to_value(u.to_openai()).unwrap();
+        assert_eq!(
+            o,
+            json!({"prompt_tokens": 2125, "completion_tokens": 15, "total_tokens": 2140,
+                   "prompt_tokens_details": {"cached_tokens": 2000}, "completion_tokens_details": {"reasoning_tokens": 0}})
+        );
+    }
+}
