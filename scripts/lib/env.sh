@@ -1,0 +1,18 @@
+# Sourced by every script: the pinned tool versions and the offline build settings, in one place.
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+export ROOT
+WASM_BINDGEN_VERSION=0.2.130
+WORKER_BUILD_VERSION=0.8.7
+WRANGLER_VERSION=4.86.0
+export PATH="$ROOT/node_modules/.bin:$HOME/.cargo/bin:$PATH"
+# worker-build would download these; point it at the installed copies instead.
+export WASM_BINDGEN_BIN="$HOME/.cargo/bin/wasm-bindgen"
+export ESBUILD_BIN="$ROOT/node_modules/@esbuild/linux-x64/bin/esbuild"
+export WRANGLER_SEND_METRICS=false
+export CLOUDFLARE_CF_FETCH_ENABLED=false
+export WRANGLER_LOG_SANITIZE=true
+# Keep wrangler's config and logs inside the checkout, not in $HOME.
+export XDG_CONFIG_HOME="$ROOT/.wrangler/xdg"
+export NO_UPDATE_NOTIFIER=1
+
+log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }

@@ -1,0 +1,45 @@
+//! Token estimate for the limiter's reservation only; billing always uses the vendor's usage.
+
+/// Characters per token for mixed English text and JSON (a deliberately generous ratio).
+const CHARS_PER_TOKEN: usize = 4;
+/// Per-message framing tokens (role markers) that vendors count on top of the text.
+const TOKENS_PER_MESSAGE: u64 = 4;
+/// Output reserved when neither the client nor the deployment names a maximum.
+pub const DEFAULT_OUTPUT_TOKENS: u64 = 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenEstimate {
+    pub input: u64,
+    pub output: u64,
+}
+
+/// `text_chars`: all text in messages, tools and schemas; `max_output`: the client's max tokens.
+pub fn estimate(
+    text_chars: usize,
+    messages: usize,
+    max_output: Option<u64>,
+    deployment_default: Option<u32>,
+) -> TokenEstimate {
+    let input = text_chars.div_ceil(CHARS_PER_TOKEN) as u64 + messages as u64 * TOKENS_PER_MESSAGE;
+    let output = max_output.or(deployment_default.map(u64::from)).unwrap_or(DEFAULT_OUTPUT_TOKENS);
+    TokenEstimate { input: input.max(1), output }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn input_rounds_up_and_counts_message_framing() {
+        assert_eq!(estimate(0, 0, None, None).input, 1);
+        assert_eq!(estimate(5, 1, None, None).input, 2 + 4);
+        assert_eq!(estimate(400, 2, None, None).input, 100 + 8);
+    }
+
+    #[test]
+    fn output_prefers_client_then_deployment_then_default() {
+        assert_eq!(estimate(4, 1, Some(50), Some(900)).output, 50);
+        assert_eq!(estimate(4, 1, None, Some(900)).output, 900);
+        assert_eq!(estimate(4, 1, None, None).output, DEFAULT_OUTPUT_TOKENS);
+    }
+}

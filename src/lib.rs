@@ -1,0 +1,37 @@
+//! Edge LLM gateway: a Cloudflare Worker that fronts LLM vendors with one OpenAI-compatible API.
+//!
+//! Pure modules (no `worker` APIs, tested natively): api_error, canonical, estimate, keys,
+//! providers, rate_headers, routes, sse, usage. The platform shell: gateway, chat, admission,
+//! config_store, http_io, outcome, request_context, upstream.
+
+pub mod admission;
+pub mod api_error;
+pub mod canonical;
+pub mod chat;
+pub mod config_store;
+pub mod estimate;
+pub mod gateway;
+pub mod http_io;
+pub mod keys;
+pub mod outcome;
+pub mod providers;
+pub mod rate_headers;
+pub mod request_context;
+pub mod routes;
+pub mod sse;
+pub mod upstream;
+pub mod usage;
+
+pub use limiter::DeploymentLimiter;
+
+use worker::{event, Context, Env, Request, Response, Result};
+
+#[event(start)]
+fn start() {
+    console_error_panic_hook::set_once();
+}
+
+#[event(fetch)]
+async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
+    Ok(gateway::handle(req, env, ctx).await)
+}

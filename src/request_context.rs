@@ -1,0 +1,71 @@
+//! What the gateway knows about one client request once its key is accepted.
+
+use crate::keys::KeyRecord;
+use std::rc::Rc;
+use worker::Env;
+
+#[derive(Clone)]
+pub struct RequestContext {
+    pub request_id: String,
+    pub started_ms: u64,
+    pub key: Rc<KeyRecord>,
+    pub env: Env,
+    /// How long this request may wait for a limiter's capacity before it is refused.
+    pub max_wait_ms: u64,
+}
+
+/// Interactive requests wait briefly for capacity; batch requests (`x-gateway-priority: batch`) longer.
+pub const INTERACTIVE_MAX_WAIT_MS: u64 = 1_000;
+pub const BATCH_MAX_WAIT_MS: u64 = 30_000;
+pub const MAX_WAIT_CAP_MS: u64 = 60_000;
+
+/// The wait cap from `x-gateway-priority` and an explicit `x-gateway-max-wait-ms` (bounded).
+pub fn max_wait_ms(priority: Option<&str>, explicit: Option<&str>) -> u64 {
+    if let Some(ms) = explicit.and_then(|v| v.trim().parse::<u64>().ok()) {
+        return ms.min(MAX_WAIT_CAP_MS);
+    }
+    match priority.map(str::trim) {
+        Some(p) if p.eq_ignore_ascii_case("batch") => BATCH_MAX_WAIT_MS,
+        _ => INTERACTIVE_MAX_WAIT_MS,
+    }
+}
+
+thread_local! {
+    static FALLBACK_COUNTER: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// A request id from 12 random bytes, hex.
+pub fn new_request_id() -> String {
+    let mut bytes = [0u8; 12];
+    if getrandom::getrandom(&mut bytes).is_err() {
+        // No entropy source: time plus a per-isolate counter still never repeats within an isolate.
+        let n = FALLBACK_COUNTER.with(|c| {
+            c.set(c.get() + 1);
+            c.get()
+        });
+        bytes[..8].copy_from_slice(&worker::Date::now().as_millis().to_le_bytes());
+        bytes[8..].copy_from_slice(&n.to_le_bytes());
+    }
+    let mut id = String::with_capacity(28);
+    id.push_str("req_");
+    for b in bytes {
+        id.push(char::from_digit((b >> 4) as u32, 16).unwrap_or('0'));
+        id.push(char::from_digit((b & 0xf) as u32, 16).unwrap_or('0'));
+    }
+    id
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wait_cap_by_priority_and_override() {
+        assert_eq!(max_wait_ms(None, None), INTERACTIVE_MAX_WAIT_MS);
+        assert_eq!(max_wait_ms(Some("batch"), None), BATCH_MAX_WAIT_MS);
+        assert_eq!(max_wait_ms(Some("interactive"), None), INTERACTIVE_MAX_WAIT_MS);
+        assert_eq!(max_wait_ms(Some("batch"), Some("0")), 0);
+        assert_eq!(max_wait_ms(None, Some("999999")), MAX_WAIT_CAP_MS);
+        assert_eq!(max_wait_ms(None, Some("soon")), INTERACTIVE_MAX_WAIT_MS);
+    }
+}

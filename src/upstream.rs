@@ -1,0 +1,97 @@
+//! Fetching from a vendor with real timeouts: a timed-out attempt aborts its fetch.
+
+use crate::providers::{ErrorClass, UpstreamCall, UpstreamError};
+use futures::future::{select, Either};
+use std::time::Duration;
+use worker::{AbortController, ByteStream, Delay, Fetch, Headers, Method, Request, RequestInit, Response};
+
+/// A vendor response whose headers have arrived.
+pub struct UpstreamResponse {
+    pub status: u16,
+    pub headers: Headers,
+    pub response: Response,
+    /// Aborting it cancels the body still being read.
+    pub abort: AbortHandle,
+}
+
+/// Cancels an upstream fetch (at most once; later calls do nothing).
+pub struct AbortHandle(Option<AbortController>);
+
+impl AbortHandle {
+    pub fn abort(&mut self) {
+        if let Some(controller) = self.0.take() {
+            controller.abort();
+        }
+    }
+}
+
+fn failure(class: ErrorClass, message: String) -> UpstreamError {
+    UpstreamError { class, status: 0, message, retry_after_ms: None, vendor_code: None }
+}
+
+/// Sends the call; fails with `Timeout` if no response headers arrive within `headers_timeout_ms`.
+pub async fn send(call: &UpstreamCall, headers_timeout_ms: u64) -> Result<UpstreamResponse, UpstreamError> {
+    let headers = Headers::new();
+    for (name, value) in &call.headers {
+        headers
+            .set(name, value)
+            .map_err(|e| failure(ErrorClass::Connection, format!("invalid upstream header {name}: {e}")))?;
+    }
+    let mut init = RequestInit::new();
+    init.with_method(Method::Post).with_headers(headers).with_body(Some(call.body.as_str().into()));
+    let request = Request::new_with_init(&call.url, &init)
+        .map_err(|e| failure(ErrorClass::Connection, format!("invalid upstream request: {e}")))?;
+    let abort = AbortController::default();
+    let signal = abort.signal();
+    let fetch = Fetch::Request(request);
+    let sending = Box::pin(fetch.send_with_signal(&signal));
+    let timer = Box::pin(Delay::from(Duration::from_millis(headers_timeout_ms)));
+    let raced = select(sending, timer).await;
+    match raced {
+        Either::Left((Ok(response), _)) => {
+            let headers = response.headers().clone();
+            Ok(UpstreamResponse { status: response.status_code(), headers, response, abort: AbortHandle(Some(abort)) })
+        }
+        Either::Left((Err(e), _)) => Err(failure(ErrorClass::Connection, format!("upstream connection failed: {e}"))),
+        Either::Right(_) => {
+            abort.abort();
+            Err(failure(ErrorClass::Timeout, format!("no response from upstream within {headers_timeout_ms} ms")))
+        }
+    }
+}
+
+/// Reads a whole body, giving up (and aborting) after `timeout_ms`.
+pub async fn read_body(upstream: &mut UpstreamResponse, timeout_ms: u64) -> Result<Vec<u8>, UpstreamError> {
+    let reading = Box::pin(upstream.response.bytes());
+    let timer = Box::pin(Delay::from(Duration::from_millis(timeout_ms)));
+    let raced = select(reading, timer).await;
+    match raced {
+        Either::Left((Ok(body), _)) => Ok(body),
+        Either::Left((Err(e), _)) => Err(failure(ErrorClass::Connection, format!("reading upstream body failed: {e}"))),
+        Either::Right(_) => {
+            Err(failure(ErrorClass::Timeout, format!("upstream body not complete within {timeout_ms} ms")))
+        }
+    }
+}
+
+pub fn body_stream(upstream: &mut UpstreamResponse) -> Result<ByteStream, UpstreamError> {
+    upstream.response.stream().map_err(|e| failure(ErrorClass::Connection, format!("upstream body unreadable: {e}")))
+}
+
+/// The next chunk of a streamed body, or a timeout after `timeout_ms` of silence.
+pub async fn next_chunk(stream: &mut ByteStream, timeout_ms: u64) -> Result<Option<Vec<u8>>, UpstreamError> {
+    use futures::StreamExt;
+    let next = stream.next();
+    let timer = Box::pin(Delay::from(Duration::from_millis(timeout_ms)));
+    let raced = select(next, timer).await;
+    match raced {
+        Either::Left((Some(Ok(bytes)), _)) => Ok(Some(bytes)),
+        Either::Left((Some(Err(e)), _)) => Err(failure(ErrorClass::Connection, format!("upstream stream broke: {e}"))),
+        Either::Left((None, _)) => Ok(None),
+        Either::Right(_) => Err(failure(ErrorClass::Timeout, format!("upstream sent nothing for {timeout_ms} ms"))),
+    }
+}
+
+pub fn header(upstream: &UpstreamResponse, name: &str) -> Option<String> {
+    upstream.headers.get(name).ok().flatten()
+}

@@ -1,0 +1,192 @@
+//! Harness for end-to-end tests: starts the mock vendor and `wrangler dev` on free ports with
+//! isolated local state, seeds KV, and stops both when the test process exits.
+
+pub mod client;
+
+use std::io::Write;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+pub const KEY: &str = "gk_e2e_tenant_a_0001";
+pub const KEY_B: &str = "gk_e2e_tenant_b_0002";
+pub const KEY_REVOKED: &str = "gk_e2e_revoked_0003";
+pub const KEY_EXPIRED: &str = "gk_e2e_expired_0004";
+pub const KEY_LIMITED_MODELS: &str = "gk_e2e_only_claude_0005";
+
+pub struct Stack {
+    pub gateway: String,
+    pub mock: String,
+    pub root: PathBuf,
+    pub state: PathBuf,
+    // Closing these pipes (at process exit) makes the wrappers kill their process groups.
+    _guards: Mutex<Vec<(Child, ChildStdin)>>,
+}
+
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("repo root")
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+}
+
+/// Starts `command` in its own process group; the group dies when our stdin pipe closes.
+fn spawn_group(command: &str, cwd: &Path, log: &Path) -> (Child, ChildStdin) {
+    let script = format!("{command} > '{}' 2>&1 & read -r _; kill -TERM -- -$$ 2>/dev/null", log.display());
+    let mut child = Command::new("setsid")
+        .arg("bash")
+        .arg("-c")
+        .arg(script)
+        .current_dir(cwd)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn setsid bash");
+    let stdin = child.stdin.take().expect("stdin");
+    (child, stdin)
+}
+
+fn sha256_hex(s: &str) -> String {
+    let out = Command::new("sha256sum")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            c.stdin.take().expect("stdin").write_all(s.as_bytes())?;
+            c.wait_with_output()
+        })
+        .expect("sha256sum");
+    String::from_utf8_lossy(&out.stdout).split_whitespace().next().expect("hash").to_string()
+}
+
+pub fn key_entry(secret: &str, record: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({"key": format!("key:{}", sha256_hex(secret)), "value": record.to_string()})
+}
+
+fn wait_http(url: &str, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if ureq::get(url).timeout(Duration::from_secs(2)).call().is_ok() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    false
+}
+
+static STACK: OnceLock<Stack> = OnceLock::new();
+
+pub fn stack() -> &'static Stack {
+    STACK.get_or_init(start)
+}
+
+fn start() -> Stack {
+    let root = root();
+    let run_dir = root.join("target/e2e").join(std::process::id().to_string());
+    std::fs::create_dir_all(&run_dir).expect("run dir");
+    let state = run_dir.join("state");
+    let mock_bin = std::env::var("MOCK_PROVIDER_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| root.join("target/debug/mock-provider"));
+    assert!(
+        mock_bin.exists(),
+        "{} missing: run `cargo build -p mock-provider` (scripts/test does)",
+        mock_bin.display()
+    );
+
+    let mock_port = free_port();
+    let mock_log = run_dir.join("mock.log");
+    let mock = spawn_group(&format!("'{}' --port {mock_port}", mock_bin.display()), &root, &mock_log);
+    let mock_url = format!("http://127.0.0.1:{mock_port}");
+    assert!(wait_http(&format!("{mock_url}/_mock/health"), Duration::from_secs(20)), "mock did not start");
+
+    let routes = std::fs::read_to_string(root.join("tests/e2e/fixtures/routes.json"))
+        .expect("routes fixture")
+        .replace("{{MOCK_PORT}}", &mock_port.to_string());
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    let seed = serde_json::json!([
+        {"key": "routes", "value": routes},
+        key_entry(KEY, serde_json::json!({"tenant": "tenant-a", "app": "e2e", "env": "test"})),
+        key_entry(KEY_B, serde_json::json!({"tenant": "tenant-b", "app": "e2e", "env": "test"})),
+        key_entry(KEY_REVOKED, serde_json::json!({"tenant": "tenant-a", "app": "e2e", "revoked": true})),
+        key_entry(KEY_EXPIRED, serde_json::json!({"tenant": "tenant-a", "app": "e2e", "expires_at_ms": now_ms - 1000})),
+        key_entry(KEY_LIMITED_MODELS, serde_json::json!({"tenant": "tenant-a", "app": "e2e", "models": ["claude-sonnet"]})),
+    ]);
+    let seed_file = run_dir.join("seed.json");
+    std::fs::write(&seed_file, seed.to_string()).expect("seed");
+    wrangler(&root, &["kv", "bulk", "put", "--local", "--binding", "CONFIG"], &state, &[seed_file.to_str().unwrap()]);
+
+    let env_file = run_dir.join("dev.vars");
+    std::fs::copy(root.join("dev/dev.vars"), &env_file).expect("dev vars");
+    let port = free_port();
+    let inspector = free_port();
+    let gateway_log = run_dir.join("wrangler.log");
+    let cmd = format!(
+        "'{}/node_modules/.bin/wrangler' dev --ip 127.0.0.1 --port {port} --inspector-port {inspector} \
+         --persist-to '{}' --env-file '{}' --log-level warn --show-interactive-dev-session=false",
+        root.display(),
+        state.display(),
+        env_file.display()
+    );
+    let gateway = spawn_group(&format!("source scripts/lib/env.sh && {cmd}"), &root, &gateway_log);
+    let gateway_url = format!("http://127.0.0.1:{port}");
+    if !wait_http(&format!("{gateway_url}/healthz"), Duration::from_secs(120)) {
+        let log = std::fs::read_to_string(&gateway_log).unwrap_or_default();
+        panic!("wrangler dev did not answer within 120 s; its log:\n{log}");
+    }
+    Stack { gateway: gateway_url, mock: mock_url, root, state, _guards: Mutex::new(vec![mock, gateway]) }
+}
+
+fn wrangler(root: &Path, args: &[&str], state: &Path, tail: &[&str]) {
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "source scripts/lib/env.sh && wrangler {} --persist-to '{}' {}",
+            args.join(" "),
+            state.display(),
+            tail.iter().map(|t| format!("'{t}'")).collect::<Vec<_>>().join(" ")
+        ))
+        .current_dir(root)
+        .output()
+        .expect("run wrangler");
+    assert!(
+        out.status.success(),
+        "wrangler {args:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl Stack {
+    /// Writes one key into the running gateway's local KV (CONFIG namespace).
+    pub fn put_config(&self, key: &str, value: &str) {
+        let file = self.state.join(format!("put-{}.json", free_port()));
+        std::fs::write(&file, serde_json::json!([{"key": key, "value": value}]).to_string()).expect("write");
+        wrangler(
+            &self.root,
+            &["kv", "bulk", "put", "--local", "--binding", "CONFIG"],
+            &self.state,
+            &[file.to_str().unwrap()],
+        );
+    }
+
+    /// How many requests the mock received for a model string.
+    pub fn mock_calls(&self, model: &str) -> u64 {
+        let url = format!("{}/_mock/calls?model={}", self.mock, client::encode(model));
+        let v: serde_json::Value =
+            serde_json::from_str(&ureq::get(&url).call().expect("mock calls").into_string().unwrap()).unwrap();
+        v["calls"].as_u64().unwrap_or(0)
+    }
+
+    pub fn mock_last(&self, model: &str) -> serde_json::Value {
+        let url = format!("{}/_mock/last?model={}", self.mock, client::encode(model));
+        serde_json::from_str(&ureq::get(&url).call().expect("mock last").into_string().unwrap()).unwrap()
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.gateway)
+    }
+}

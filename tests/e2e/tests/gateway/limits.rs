@@ -1,0 +1,100 @@
+//! The per-deployment limiter under real concurrency: exact RPM/TPM, breaker, vendor 429 pauses.
+
+use e2e::client::{post, post_with};
+use e2e::{stack, KEY};
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+fn hello(model: &str) -> serde_json::Value {
+    json!({"model": model, "messages": [{"role": "user", "content": "hi"}]})
+}
+
+const NO_WAIT: &[(&str, &str)] = &[("x-gateway-max-wait-ms", "0")];
+
+#[test]
+fn rpm_holds_exactly_under_200_concurrent_requests() {
+    let s = stack();
+    let started = Instant::now();
+    let handles: Vec<_> = (0..200)
+        .map(|_| {
+            std::thread::spawn(move || post_with(&stack().url("/v1/chat/completions"), KEY, &hello("rpm50"), NO_WAIT))
+        })
+        .collect();
+    let replies: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let elapsed = started.elapsed();
+    let ok = replies.iter().filter(|r| r.status == 200).count() as u64;
+    let upstream = s.mock_calls("e2e-rpm50");
+    // 50 per minute refill one every 1.2 s: only time spent in the burst can add admissions.
+    let refilled = (elapsed.as_millis() as u64) / 1200;
+    assert_eq!(ok, upstream, "every admitted request made exactly one upstream call");
+    assert!(upstream >= 50 && upstream <= 50 + refilled, "upstream calls {upstream}, burst took {elapsed:?}");
+    for r in replies.iter().filter(|r| r.status != 200) {
+        let e = r.error(429);
+        assert_eq!(e["code"], "deployment_rpm", "{}", r.body);
+        assert_eq!(r.header("x-gateway-limit"), Some("rpm"));
+        assert_eq!(r.header("x-gateway-limit-scope"), Some("deployment"));
+        assert!(r.header("retry-after").and_then(|v| v.parse::<u64>().ok()).is_some_and(|s| (1..=2).contains(&s)));
+    }
+    std::thread::sleep(Duration::from_millis(1300));
+    let again = post_with(&s.url("/v1/chat/completions"), KEY, &hello("rpm50"), NO_WAIT);
+    assert_eq!(again.status, 200, "a refilled request passes: {}", again.body);
+}
+
+#[test]
+fn tpm_holds_with_large_requests() {
+    let s = stack();
+    // About 404 estimated input tokens + 96 output = 500 per request: 4 fit in 2,000 TPM.
+    let big =
+        json!({"model": "tpm2000", "max_tokens": 96, "messages": [{"role": "user", "content": "x".repeat(1600)}]});
+    let handles: Vec<_> = (0..10)
+        .map(|_| {
+            let body = big.clone();
+            std::thread::spawn(move || post_with(&stack().url("/v1/chat/completions"), KEY, &body, NO_WAIT))
+        })
+        .collect();
+    let replies: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let ok = replies.iter().filter(|r| r.status == 200).count();
+    assert_eq!(ok, 4, "{:?}", replies.iter().map(|r| r.status).collect::<Vec<_>>());
+    assert_eq!(s.mock_calls("e2e-tpm+delay_first_ms=800"), 4);
+    for r in replies.iter().filter(|r| r.status != 200) {
+        assert_eq!(r.error(429)["code"], "deployment_tpm");
+    }
+}
+
+#[test]
+fn consecutive_5xx_open_the_breaker_then_one_probe_closes_it() {
+    let s = stack();
+    let url = s.url("/v1/chat/completions");
+    ureq::post(&format!("{}/_mock/faults", s.mock))
+        .send_string(&json!({"model": "e2e-breaker", "fault": "status=500", "times": 3}).to_string())
+        .expect("script faults");
+    for _ in 0..3 {
+        post(&url, KEY, &hello("breaker")).error(502);
+    }
+    let refused = post(&url, KEY, &hello("breaker"));
+    assert_eq!(refused.error(429)["code"], "deployment_breaker_open", "{}", refused.body);
+    assert_eq!(s.mock_calls("e2e-breaker"), 3, "no upstream call while open");
+    std::thread::sleep(Duration::from_millis(2100));
+    assert_eq!(post(&url, KEY, &hello("breaker")).status, 200, "the probe succeeds");
+    assert_eq!(s.mock_calls("e2e-breaker"), 4);
+    assert_eq!(post(&url, KEY, &hello("breaker")).status, 200, "closed again");
+    assert_eq!(s.mock_calls("e2e-breaker"), 5);
+}
+
+#[test]
+fn vendor_retry_after_holds_all_traffic_until_then() {
+    let s = stack();
+    let url = s.url("/v1/chat/completions");
+    ureq::post(&format!("{}/_mock/faults", s.mock))
+        .send_string(&json!({"model": "e2e-429", "fault": "status=429,retry_after=2", "times": 1}).to_string())
+        .expect("script faults");
+    let first = post(&url, KEY, &hello("vendor-429"));
+    first.error(429);
+    assert!(first.header("retry-after").is_some());
+    let held = post(&url, KEY, &hello("vendor-429"));
+    assert_eq!(held.error(429)["code"], "deployment_paused", "{}", held.body);
+    assert_eq!(s.mock_calls("e2e-429"), 1, "held without calling the vendor");
+    std::thread::sleep(Duration::from_millis(2100));
+    assert_eq!(post(&url, KEY, &hello("vendor-429")).status, 200);
+    assert_eq!(s.mock_calls("e2e-429"), 2);
+}
