@@ -5,6 +5,7 @@ pub mod breaker;
 pub mod bucket;
 pub mod client;
 pub mod deployment;
+pub mod idempotency;
 pub mod limits;
 pub mod protocol;
 pub mod reservations;
