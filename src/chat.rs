@@ -2,186 +2,206 @@
 
 use crate::admission::{self, Admission, Admit};
 use crate::api_error::ApiError;
+use crate::attempt::{
+    credential, final_error, now_ms, set_remaining, settle_failure, signals_of, with_route_headers, Refusal,
+};
 use crate::canonical::ChatRequest;
+use crate::decision_log::DecisionLog;
 use crate::estimate;
 use crate::outcome::{Attempt, RequestOutcome};
 use crate::providers::{self, ErrorClass, StreamEnd, StreamTranslator, UpstreamError};
-use crate::rate_headers;
 use crate::request_context::RequestContext;
+use crate::retry::{self, retry_budget};
 use crate::routes::Deployment;
+use crate::selection::{self, Gate, Needs};
 use crate::upstream::{self, AbortHandle, UpstreamResponse};
 use crate::{config_store, http_io};
 use futures::channel::oneshot;
-use limiter::protocol::{RejectCode, TokenUsage, UpstreamSignals};
+use limiter::protocol::{TokenUsage, UpstreamSignals};
 use worker::{ByteStream, Context, Env, Response};
-
-/// The limiter refusal a client sees when no deployment would take the request.
-struct Refusal {
-    deployment: String,
-    code: RejectCode,
-    retry_after_ms: u64,
-}
 
 pub async fn completions(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context) -> Result<Response, ApiError> {
     let chat = ChatRequest::parse(&body)?;
     let table = config_store::route_table(env, rc.started_ms).await?;
-    let chain = table.chain(&chat.model).ok_or_else(|| ApiError::model_not_found(&chat.model))?;
-    if !rc.key.allows_model(&chat.model) {
+    // A task header picks the logical model (e.g. `summary`, `code`); otherwise the request's model.
+    let logical = rc.task.clone().unwrap_or_else(|| chat.model.clone());
+    let model = table.models.get(&logical).ok_or_else(|| ApiError::model_not_found(&logical))?;
+    if !rc.key.allows_model(&logical) {
         return Err(ApiError::new(
             403,
             "permission_error",
             "model_not_allowed",
-            format!("This key may not use model '{}'.", chat.model),
+            format!("This key may not use model '{logical}'."),
         )
         .with_param("model"));
     }
+    let chain = table.chain(&logical, rc.random, rc.session_id.as_deref()).unwrap_or_default();
+    let deadline = rc.started_ms + model.deadline_ms(rc.timeout_override_ms);
+    let policy = model.retry;
     let stream = chat.is_stream();
-    let mut outcome = RequestOutcome::new(&rc, &chat.model, stream);
+    let mut outcome = RequestOutcome::new(&rc, &logical, stream);
+    outcome.describe(&chat);
+    let mut log = DecisionLog::new(&rc.request_id, &logical);
     let mut last_error: Option<UpstreamError> = None;
     let mut refusal: Option<Refusal> = None;
-    for (n, (id, deployment)) in chain.into_iter().enumerate() {
-        let Some(credential) = credential(env, &deployment.credential) else {
-            worker::console_error!(
-                "{}",
-                serde_json::json!({"event": "credential_missing", "deployment": id, "secret": deployment.credential})
+    let mut attempts_made = 0u32;
+    let mut rounds = 0u32;
+    'rounds: loop {
+        let attempts_before_round = attempts_made;
+        for (id, deployment) in chain.iter().copied() {
+            if attempts_made >= policy.max_attempts.max(1) {
+                break 'rounds;
+            }
+            let estimate = estimate::estimate(
+                chat.text_chars(),
+                chat.messages.len(),
+                chat.max_output_tokens(),
+                deployment.default_max_tokens,
             );
-            continue;
-        };
-        let call = providers::build_chat(deployment, &chat, &credential, deployment.quirks.stream_options)?;
-        let estimate = estimate::estimate(
-            chat.text_chars(),
-            chat.messages.len(),
-            chat.max_output_tokens(),
-            deployment.default_max_tokens,
-        );
-        let admission =
-            match admission::admit(env, id, deployment, format!("{}:{n}", rc.request_id), estimate, rc.max_wait_ms)
-                .await
-            {
+            let needs = Needs {
+                tools: chat.needs_tools(),
+                json_mode: chat.needs_json(),
+                vision: chat.needs_vision(),
+                context_tokens: estimate.input + chat.max_output_tokens().unwrap_or(0),
+            };
+            match selection::gate(&deployment.capabilities, &needs) {
+                Gate::Skip(missing) => {
+                    log.skip(id, "capability", &missing);
+                    continue;
+                }
+                Gate::PassUnknown(unknown) => log.warn_unknown(id, &unknown),
+                Gate::Pass => {}
+            }
+            let Some(credential) = credential(env, &deployment.credential) else {
+                log.skip(id, "credential_missing", &[]);
+                continue;
+            };
+            if rounds > 0 {
+                if !retry_budget::try_retry(id, &policy, now_ms()) {
+                    log.skip(id, "retry_budget_exhausted", &[]);
+                    continue;
+                }
+                let wait = retry::backoff_ms(
+                    &policy,
+                    rounds - 1,
+                    last_error.as_ref().and_then(|e| e.retry_after_ms),
+                    rc.random.rotate_left(rounds),
+                );
+                if now_ms() + wait >= deadline {
+                    break 'rounds;
+                }
+                worker::Delay::from(std::time::Duration::from_millis(wait)).await;
+            } else {
+                retry_budget::record_request(id, &policy, now_ms());
+            }
+            let call = providers::build_chat(deployment, &chat, &credential, deployment.quirks.stream_options)?;
+            let reservation = format!("{}:{attempts_made}:{id}", rc.request_id);
+            let admission = match admission::admit(env, id, deployment, reservation, estimate, rc.max_wait_ms).await {
                 Admit::Admitted(a) => a,
                 Admit::Refused { code, retry_after_ms } => {
-                    if refusal.as_ref().is_none_or(|r| retry_after_ms < r.retry_after_ms) {
-                        refusal = Some(Refusal { deployment: id.to_string(), code, retry_after_ms });
-                    }
+                    log.refused(id, code.as_str(), retry_after_ms);
+                    Refusal::keep_soonest(&mut refusal, id, code, retry_after_ms);
                     continue;
                 }
             };
-        let remaining = (admission.remaining_requests, admission.remaining_tokens);
-        let attempt_started = now_ms();
-        let attempts = outcome.attempts.len() + 1;
-        let headers_timeout = if stream {
-            deployment.timeouts.connect_ms + deployment.timeouts.first_token_ms
-        } else {
-            deployment.timeouts.total_ms
-        };
-        let sent = upstream::send(&call, headers_timeout).await;
-        let result = match sent {
-            Ok(up) if (200..300).contains(&up.status) => {
-                if stream {
-                    let attempt = StreamAttempt { id, deployment, attempt_started, admission };
-                    start_stream(up, attempt, &chat, &rc, outcome.clone(), ctx).await
-                } else {
-                    finish_json(up, id, deployment, attempt_started, admission, &mut outcome, ctx).await
+            let remaining = (admission.remaining_requests, admission.remaining_tokens);
+            let attempt_started = now_ms();
+            if attempt_started >= deadline {
+                settle_failure(admission, &deadline_error(), None, UpstreamSignals::default()).await;
+                last_error = Some(deadline_error());
+                break 'rounds;
+            }
+            attempts_made += 1;
+            let attempts = attempts_made as usize;
+            let budget = deadline - attempt_started;
+            let headers_timeout = if stream {
+                deployment.timeouts.connect_ms + deployment.timeouts.first_token_ms
+            } else {
+                deployment.timeouts.total_ms
+            }
+            .min(budget);
+            let sent = upstream::send(&call, headers_timeout).await;
+            let result = match sent {
+                Ok(up) if (200..300).contains(&up.status) => {
+                    if stream {
+                        let attempt = StreamAttempt { id, deployment, attempt_started, admission };
+                        start_stream(up, attempt, &chat, &rc, outcome.clone(), ctx).await
+                    } else {
+                        finish_json(up, id, deployment, attempt_started, admission, &mut outcome, ctx).await
+                    }
                 }
-            }
-            Ok(mut up) => {
-                let body = upstream::read_body(&mut up, deployment.timeouts.total_ms).await.unwrap_or_default();
-                let retry_after = upstream::header(&up, "retry-after");
-                let err = providers::classify(deployment.provider, up.status, retry_after.as_deref(), &body);
-                let signals = signals_of(&up, err.retry_after_ms);
-                settle_failure(admission, &err, Some(TokenUsage::default()), signals).await;
-                Err(err)
-            }
-            Err(err) => {
-                settle_failure(admission, &err, None, UpstreamSignals::default()).await;
-                Err(err)
-            }
-        };
-        match result {
-            Ok(response) => {
-                if !stream {
-                    outcome.finish(ctx, env);
+                Ok(mut up) => {
+                    let body = upstream::read_body(&mut up, deployment.timeouts.total_ms.min(budget))
+                        .await
+                        .unwrap_or_default();
+                    let retry_after = upstream::header(&up, "retry-after");
+                    let err = providers::classify(deployment.provider, up.status, retry_after.as_deref(), &body);
+                    let signals = signals_of(&up, err.retry_after_ms);
+                    settle_failure(admission, &err, Some(TokenUsage::default()), signals).await;
+                    Err(err)
                 }
-                let mut response = with_route_headers(response, &rc, id, deployment, attempts);
-                set_remaining(&mut response, remaining);
-                return Ok(response);
-            }
-            Err(err) => {
-                outcome.attempts.push(Attempt::failed(id, deployment, &err, attempt_started));
-                let may_fall_back = err.class.may_fall_back();
-                last_error = Some(err);
-                if !may_fall_back {
-                    break;
+                Err(err) => {
+                    settle_failure(admission, &err, None, UpstreamSignals::default()).await;
+                    Err(err)
+                }
+            };
+            match result {
+                Ok(mut response) => {
+                    log.served(id);
+                    let fallback = log.fell_back();
+                    log.emit();
+                    if !stream {
+                        outcome.finish(ctx, env);
+                    }
+                    let headers = response.headers_mut();
+                    let _ = headers.set("x-gateway-fallback", if fallback { "true" } else { "false" });
+                    let mut response = with_route_headers(response, &rc, id, deployment, attempts);
+                    set_remaining(&mut response, remaining);
+                    return Ok(response);
+                }
+                Err(err) => {
+                    log.failed(id, err.class.as_str());
+                    outcome.attempts.push(Attempt::failed(id, deployment, &err, attempt_started));
+                    let may_fall_back = err.class.may_fall_back();
+                    last_error = Some(err);
+                    if !may_fall_back {
+                        break 'rounds;
+                    }
                 }
             }
         }
+        rounds += 1;
+        let retryable = last_error.as_ref().is_some_and(|e| e.class.retryable());
+        let progressed = attempts_made > attempts_before_round;
+        // A vendor asking for a long pause is not waited for: the client learns at once.
+        let too_long =
+            last_error.as_ref().and_then(|e| e.retry_after_ms).is_some_and(|ms| ms > policy.max_retry_after_ms);
+        if !retryable || !progressed || too_long || attempts_made >= policy.max_attempts || now_ms() >= deadline {
+            break;
+        }
     }
-    let api_error = match (&last_error, refusal) {
-        (Some(err), _) if !err.class.may_fall_back() => err.to_api_error(),
-        (_, Some(r)) => refusal_error(&r),
-        (Some(err), None) => err.to_api_error(),
-        (None, None) => ApiError::unavailable(
-            "no_deployment_available",
-            "No deployment of this model is configured with credentials.",
+    log.emit();
+    let nothing_tried = match log.capability_gap() {
+        Some(gap) => ApiError::invalid_request(
+            "capability_not_supported",
+            format!("No deployment of model '{logical}' supports what this request needs: {}.", gap.join(", ")),
         ),
+        None => ApiError::unavailable("no_deployment_available", "No deployment of this model can serve this request."),
     };
+    let api_error = final_error(last_error.as_ref(), refusal, nothing_tried);
     outcome.fail(&api_error);
     outcome.finish(ctx, env);
     Err(api_error)
 }
 
-fn now_ms() -> u64 {
-    worker::Date::now().as_millis()
-}
-
-fn credential(env: &Env, name: &str) -> Option<String> {
-    env.secret(name)
-        .ok()
-        .map(|s| s.to_string())
-        .or_else(|| env.var(name).ok().map(|v| v.to_string()))
-        .filter(|s| !s.is_empty())
-}
-
-fn signals_of(up: &UpstreamResponse, retry_after_ms: Option<u64>) -> UpstreamSignals {
-    let mut signals = rate_headers::signals(|name| upstream::header(up, name), now_ms());
-    signals.retry_after_ms = retry_after_ms;
-    signals
-}
-
-async fn settle_failure(
-    admission: Admission,
-    err: &UpstreamError,
-    usage: Option<TokenUsage>,
-    signals: UpstreamSignals,
-) {
-    admission.settle(admission::outcome_for(Some(err.class), err.retry_after_ms), usage, signals).await;
-}
-
-fn refusal_error(r: &Refusal) -> ApiError {
-    let what = match r.code {
-        RejectCode::Rpm => "its requests-per-minute limit",
-        RejectCode::Tpm | RejectCode::InputTpm | RejectCode::OutputTpm => "its tokens-per-minute limit",
-        RejectCode::Rpd => "its requests-per-day limit",
-        RejectCode::Concurrency => "its concurrent-request limit",
-        RejectCode::BreakerOpen | RejectCode::HalfOpenProbeInFlight | RejectCode::Ramping => "an open circuit breaker",
-        RejectCode::Paused => "a pause the vendor asked for",
-        RejectCode::QuotaExhausted => "an exhausted vendor quota",
-    };
-    ApiError::new(
-        429,
-        "rate_limit_error",
-        format!("deployment_{}", r.code.as_str()),
-        format!(
-            "No deployment can take this request now: '{}' is held by {what} (limit '{}', scope deployment); retry after {} ms.",
-            r.deployment,
-            r.code.as_str(),
-            r.retry_after_ms
-        ),
-    )
-    .with_retry_after_ms(r.retry_after_ms)
-    .with_header("x-gateway-limit", r.code.as_str())
-    .with_header("x-gateway-limit-scope", "deployment")
-    .with_header("x-gateway-limit-reset-ms", r.retry_after_ms.to_string())
+fn deadline_error() -> UpstreamError {
+    UpstreamError {
+        class: ErrorClass::Timeout,
+        status: 0,
+        message: "the request's deadline passed before a deployment answered".into(),
+        retry_after_ms: None,
+        vendor_code: Some("deadline_exceeded".into()),
+    }
 }
 
 async fn finish_json(
@@ -381,30 +401,5 @@ impl Drop for LiveStream {
             self.abort.abort();
             let _ = tx.send(StreamReport { usage: self.translator.usage(), error: None, disconnected: true });
         }
-    }
-}
-
-fn with_route_headers(
-    mut response: Response,
-    rc: &RequestContext,
-    deployment_id: &str,
-    deployment: &Deployment,
-    attempts: usize,
-) -> Response {
-    let headers = response.headers_mut();
-    let _ = headers.set("x-request-id", &rc.request_id);
-    let _ = headers.set("x-gateway-deployment", deployment_id);
-    let _ = headers.set("x-gateway-provider", deployment.provider.as_str());
-    let _ = headers.set("x-gateway-attempts", &attempts.to_string());
-    response
-}
-
-fn set_remaining(response: &mut Response, remaining: (Option<u64>, Option<u64>)) {
-    let headers = response.headers_mut();
-    if let Some(r) = remaining.0 {
-        let _ = headers.set("x-ratelimit-remaining-requests", &r.to_string());
-    }
-    if let Some(t) = remaining.1 {
-        let _ = headers.set("x-ratelimit-remaining-tokens", &t.to_string());
     }
 }

@@ -3,7 +3,7 @@
 use crate::api_error::ApiError;
 use crate::keys::{self, KeyRefusal};
 use crate::request_context::{self, new_request_id, RequestContext};
-use crate::{chat, config_store, http_io};
+use crate::{admin, chat, config_store, embeddings, http_io};
 use worker::{Context, Env, Method, Request, Response};
 
 pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
@@ -12,6 +12,7 @@ pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
     let path = req.path();
     let method = req.method();
     let result = match (method.clone(), path.as_str()) {
+        (Method::Get, "/admin/status") => admin::status(&req, &env, started_ms).await,
         (Method::Get, "/healthz") => http_io::json_response(200, br#"{"status":"ok"}"#.to_vec()),
         (Method::Get, "/v1/models") => match authenticate(&req, &env, &request_id, started_ms).await {
             Ok(rc) => list_models(&rc, &env).await,
@@ -24,7 +25,14 @@ pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
             },
             Err(e) => Err(e),
         },
-        (_, "/v1/models" | "/v1/chat/completions" | "/healthz") => {
+        (Method::Post, "/v1/embeddings") => match authenticate(&req, &env, &request_id, started_ms).await {
+            Ok(rc) => match http_io::read_body(&mut req).await {
+                Ok(body) => embeddings::create(rc, body, &env, &ctx).await,
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e),
+        },
+        (_, "/v1/models" | "/v1/chat/completions" | "/v1/embeddings" | "/healthz") => {
             Err(ApiError::method_not_allowed(&format!("{method:?}").to_uppercase(), &path))
         }
         _ => Err(ApiError::not_found(&path)),
@@ -57,12 +65,18 @@ async fn authenticate(req: &Request, env: &Env, request_id: &str, now_ms: u64) -
         header("x-gateway-priority").as_deref(),
         header("x-gateway-max-wait-ms").as_deref(),
     );
+    let non_empty = |v: Option<String>| v.map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
     Ok(RequestContext {
         request_id: request_id.to_string(),
         started_ms: now_ms,
         key: record,
         env: env.clone(),
         max_wait_ms,
+        task: non_empty(header("x-gateway-task")),
+        session_id: non_empty(header("x-session-id")),
+        timeout_override_ms: header("x-gateway-timeout-ms").and_then(|v| v.trim().parse().ok()),
+        random: request_context::random_u64(),
+        tags: header("x-gateway-tags"),
     })
 }
 

@@ -4,23 +4,37 @@
 //! providers, rate_headers, routes, sse, usage. The platform shell: gateway, chat, admission,
 //! config_store, http_io, outcome, request_context, upstream.
 
+pub mod admin;
 pub mod admission;
 pub mod api_error;
+pub mod attempt;
+pub mod cache_key;
+pub mod cache_policy;
 pub mod canonical;
 pub mod chat;
 pub mod config_store;
+pub mod decision_log;
+pub mod embeddings;
 pub mod estimate;
+pub mod export;
 pub mod gateway;
 pub mod http_io;
+pub mod idempotency;
 pub mod keys;
 pub mod outcome;
+pub mod pricing;
 pub mod providers;
 pub mod rate_headers;
+pub mod redact;
 pub mod request_context;
+pub mod retry;
 pub mod routes;
+pub mod selection;
 pub mod sse;
 pub mod upstream;
 pub mod usage;
+pub mod usage_event;
+pub mod usage_queue;
 
 pub use limiter::DeploymentLimiter;
 
@@ -34,4 +48,11 @@ fn start() {
 #[event(fetch)]
 async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
     Ok(gateway::handle(req, env, ctx).await)
+}
+
+/// The usage queue's consumer: each batch becomes NDJSON objects in R2.
+#[event(queue)]
+async fn queue(batch: worker::MessageBatch<String>, env: Env, _ctx: Context) -> Result<()> {
+    usage_queue::consume(&batch, &env).await;
+    Ok(())
 }

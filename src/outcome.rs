@@ -1,11 +1,16 @@
-//! What happened to one client request and each attempt inside it, reported after the response.
+//! What happened to one client request and each attempt inside it, reported after the response
+//! as one usage event on the usage queue.
 
 use crate::api_error::ApiError;
+use crate::canonical::ChatRequest;
 use crate::providers::UpstreamError;
 use crate::request_context::RequestContext;
 use crate::routes::Deployment;
 use crate::usage::Usage;
+use crate::usage_event::{self, RequestShape, UsageEvent};
+use crate::usage_queue;
 use serde::Serialize;
+use std::collections::BTreeMap;
 use worker::{Context, Env};
 
 #[derive(Debug, Clone, Serialize)]
@@ -13,11 +18,18 @@ pub struct Attempt {
     pub deployment: String,
     pub provider: &'static str,
     pub model: String,
+    /// Key into the price table: the deployment's `price`, else its real model name.
+    pub price_key: String,
+    pub started_ms: u64,
     pub status: u16,
     pub error_class: Option<&'static str>,
     pub usage: Option<Usage>,
     pub latency_ms: u64,
     pub ttft_ms: Option<u64>,
+    /// The vendor answered (a body, or a stream's first bytes): the vendor bills this attempt.
+    pub served: bool,
+    /// The deployment's default max tokens, which the limiter's estimate used.
+    pub default_max_tokens: Option<u32>,
 }
 
 impl Attempt {
@@ -33,11 +45,15 @@ impl Attempt {
             deployment: id.to_string(),
             provider: d.provider.as_str(),
             model: d.model.clone(),
+            price_key: price_key(d),
+            started_ms,
             status: 200,
             error_class: None,
             usage,
             latency_ms: now_ms.saturating_sub(started_ms),
             ttft_ms: first_byte_ms.map(|t| t.saturating_sub(started_ms)),
+            served: true,
+            default_max_tokens: d.default_max_tokens,
         }
     }
 
@@ -46,13 +62,21 @@ impl Attempt {
             deployment: id.to_string(),
             provider: d.provider.as_str(),
             model: d.model.clone(),
+            price_key: price_key(d),
+            started_ms,
             status: err.status,
             error_class: Some(err.class.as_str()),
             usage: None,
             latency_ms: worker::Date::now().as_millis().saturating_sub(started_ms),
             ttft_ms: None,
+            served: false,
+            default_max_tokens: d.default_max_tokens,
         }
     }
+}
+
+fn price_key(d: &Deployment) -> String {
+    d.price.clone().unwrap_or_else(|| d.model.clone())
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -67,6 +91,13 @@ pub struct RequestOutcome {
     pub attempts: Vec<Attempt>,
     pub error_code: Option<String>,
     pub status: u16,
+    /// From `x-gateway-tags`, then the request's `metadata` (the header wins on a clash).
+    pub tags: BTreeMap<String, String>,
+    /// The request's `user` (OpenAI's end-user id).
+    pub end_user: Option<String>,
+    /// What the limiter's estimate is computed from; billed when the vendor reports no usage.
+    pub shape: Option<RequestShape>,
+    pub finished_ms: Option<u64>,
 }
 
 impl RequestOutcome {
@@ -82,7 +113,23 @@ impl RequestOutcome {
             attempts: Vec::new(),
             error_code: None,
             status: 200,
+            tags: rc.tags.as_deref().map(usage_event::parse_tags_header).unwrap_or_default(),
+            end_user: None,
+            shape: None,
+            finished_ms: None,
         }
+    }
+
+    /// Records what the usage event needs from a chat request: tags, end user, estimate inputs.
+    pub fn describe(&mut self, chat: &ChatRequest) {
+        let metadata = chat.metadata.as_ref().map(usage_event::metadata_tags).unwrap_or_default();
+        self.tags = usage_event::merge_tags(std::mem::take(&mut self.tags), metadata);
+        self.end_user = chat.user.clone().filter(|u| !u.is_empty());
+        self.shape = Some(RequestShape {
+            text_chars: chat.text_chars(),
+            messages: chat.messages.len(),
+            max_output: chat.max_output_tokens(),
+        });
     }
 
     pub fn clone_meta(&self) -> Self {
@@ -95,12 +142,17 @@ impl RequestOutcome {
     }
 
     /// Reports after the response is sent; never delays the client.
-    pub fn finish(self, ctx: &Context, env: &Env) {
+    pub fn finish(mut self, ctx: &Context, env: &Env) {
+        self.finished_ms = Some(worker::Date::now().as_millis());
         let env = env.clone();
         ctx.wait_until(async move { self.finish_detached(&env).await });
     }
 
-    pub async fn finish_detached(self, _env: &Env) {
-        worker::console_log!("{}", serde_json::json!({"event": "request", "outcome": self}));
+    /// Prices the request and sends its usage event; call inside `wait_until`.
+    pub async fn finish_detached(self, env: &Env) {
+        let now = worker::Date::now().as_millis();
+        let prices = usage_queue::price_table(env, now).await;
+        let event = UsageEvent::build(&self, prices.as_deref(), self.finished_ms.unwrap_or(now));
+        usage_queue::send(env, &event).await;
     }
 }

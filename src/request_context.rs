@@ -12,6 +12,24 @@ pub struct RequestContext {
     pub env: Env,
     /// How long this request may wait for a limiter's capacity before it is refused.
     pub max_wait_ms: u64,
+    /// `x-gateway-task`: picks the logical model by task instead of the request's model.
+    pub task: Option<String>,
+    /// `x-session-id`: the same session keeps its deployment while it is healthy.
+    pub session_id: Option<String>,
+    /// `x-gateway-timeout-ms`: the client's deadline, bounded by the route's maximum.
+    pub timeout_override_ms: Option<u64>,
+    /// One draw per request for weighted selection and backoff jitter.
+    pub random: u64,
+    /// `x-gateway-tags` as sent (`k=v,k=v`): usage attribution tags.
+    pub tags: Option<String>,
+}
+
+pub fn random_u64() -> u64 {
+    let mut bytes = [0u8; 8];
+    if getrandom::getrandom(&mut bytes).is_err() {
+        return worker::Date::now().as_millis().wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    u64::from_le_bytes(bytes)
 }
 
 /// Interactive requests wait briefly for capacity; batch requests (`x-gateway-priority: batch`) longer.

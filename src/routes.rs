@@ -1,5 +1,7 @@
 //! The route table admins keep in KV: logical models → ordered chains of deployments.
 
+use crate::retry::RetryPolicy;
+use crate::selection::{self, Candidate};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
@@ -17,11 +19,78 @@ pub struct RouteTable {
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct LogicalModel {
-    /// Deployment ids in the order they are tried.
-    pub chain: Vec<String>,
+    /// Deployments in the order they are tried; entries sharing a `priority` split traffic by weight.
+    pub chain: Vec<ChainEntry>,
     #[serde(default)]
     pub description: Option<String>,
+    #[serde(default)]
+    pub retry: RetryPolicy,
+    /// Total deadline for a request (all attempts); `x-gateway-timeout-ms` may lower or raise it up to `max_timeout_ms`.
+    #[serde(default = "LogicalModel::default_timeout")]
+    pub timeout_ms: u64,
+    #[serde(default = "LogicalModel::default_max_timeout")]
+    pub max_timeout_ms: u64,
+    /// Capabilities this model promises; the validator checks some deployment in the chain has each.
+    #[serde(default)]
+    pub requires: Vec<String>,
 }
+
+impl LogicalModel {
+    fn default_timeout() -> u64 {
+        300_000
+    }
+    fn default_max_timeout() -> u64 {
+        900_000
+    }
+
+    /// The deadline for one request, from the route default and a bounded client override.
+    pub fn deadline_ms(&self, requested: Option<u64>) -> u64 {
+        requested.map(|r| r.clamp(1, self.max_timeout_ms)).unwrap_or(self.timeout_ms)
+    }
+}
+
+/// A chain entry: a bare deployment id (its own priority tier, in list order) or a weighted entry.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum ChainEntry {
+    Id(String),
+    Weighted(WeightedEntry),
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct WeightedEntry {
+    pub deployment: String,
+    #[serde(default = "one")]
+    pub weight: u32,
+    /// Lower is tried first; defaults to the entry's position in the chain.
+    #[serde(default)]
+    pub priority: Option<u32>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl ChainEntry {
+    pub fn deployment(&self) -> &str {
+        match self {
+            ChainEntry::Id(id) => id,
+            ChainEntry::Weighted(w) => &w.deployment,
+        }
+    }
+
+    fn candidate(&self, position: usize) -> Candidate<'_> {
+        match self {
+            ChainEntry::Id(id) => Candidate { id, priority: position as u32, weight: 1 },
+            ChainEntry::Weighted(w) => {
+                Candidate { id: &w.deployment, priority: w.priority.unwrap_or(position as u32), weight: w.weight }
+            }
+        }
+    }
+}
+
+pub const KNOWN_CAPABILITIES: [&str; 3] = ["tools", "json_mode", "vision"];
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -220,7 +289,33 @@ impl RouteTable {
                     message: format!("model '{name}' has an empty chain"),
                 });
             }
-            for id in &model.chain {
+            for capability in &model.requires {
+                let declared = |d: &Deployment| match capability.as_str() {
+                    "tools" => d.capabilities.tools,
+                    "json_mode" => d.capabilities.json_mode,
+                    "vision" => d.capabilities.vision,
+                    _ => None,
+                };
+                if !KNOWN_CAPABILITIES.contains(&capability.as_str()) {
+                    out.push(RouteTableError {
+                        line: line_of(text, &format!("\"{name}\"")),
+                        message: format!("model '{name}' requires unknown capability '{capability}' (known: tools, json_mode, vision)"),
+                    });
+                } else if model
+                    .chain
+                    .iter()
+                    .filter_map(|e| self.deployments.get(e.deployment()))
+                    .all(|d| declared(d) == Some(false))
+                {
+                    out.push(RouteTableError {
+                        line: line_of(text, &format!("\"{name}\"")),
+                        message: format!(
+                            "model '{name}' promises '{capability}' but no deployment in its chain supports it"
+                        ),
+                    });
+                }
+            }
+            for id in model.chain.iter().map(ChainEntry::deployment) {
                 if !self.deployments.contains_key(id) {
                     out.push(RouteTableError {
                         line: line_of(text, &format!("\"{name}\"")),
@@ -252,14 +347,16 @@ impl RouteTable {
         out
     }
 
-    /// The deployments to try for a logical model, in order.
-    pub fn chain(&self, logical_model: &str) -> Option<Vec<(&str, &Deployment)>> {
+    /// The deployments to try for a logical model, in order (weights drawn from `random`, or
+    /// stable per `session` for affinity).
+    pub fn chain(&self, logical_model: &str, random: u64, session: Option<&str>) -> Option<Vec<(&str, &Deployment)>> {
         let model = self.models.get(logical_model)?;
+        let candidates: Vec<Candidate> = model.chain.iter().enumerate().map(|(i, e)| e.candidate(i)).collect();
+        let ordered = selection::order(&candidates, random, session);
         Some(
-            model
-                .chain
-                .iter()
-                .filter_map(|id| self.deployments.get_key_value(id.as_str()))
+            ordered
+                .into_iter()
+                .filter_map(|id| self.deployments.get_key_value(id))
                 .map(|(k, d)| (k.as_str(), d))
                 .collect(),
         )
@@ -287,13 +384,13 @@ mod tests {
     #[test]
     fn parses_and_resolves_chain_in_order() {
         let t = RouteTable::parse(TABLE).unwrap();
-        let chain = t.chain("chat").unwrap();
+        let chain = t.chain("chat", 0, None).unwrap();
         assert_eq!(chain.iter().map(|(id, _)| *id).collect::<Vec<_>>(), vec!["oa", "an"]);
         assert_eq!(chain[1].1.provider, ProviderKind::Anthropic);
         assert_eq!(chain[1].1.capabilities.context_window, Some(200000));
         assert_eq!(chain[0].1.timeouts, Timeouts::default());
         assert!(chain[0].1.quirks.stream_options);
-        assert!(t.chain("nope").is_none());
+        assert!(t.chain("nope", 0, None).is_none());
     }
 
     #[test]
@@ -326,6 +423,31 @@ mod tests {
             "\"credential\": \"OPENAI_API_KEY\", \"limits\": {\"rpn\": 50}}",
         );
         assert!(RouteTable::parse(&bad).unwrap_err()[0].message.contains("rpn"));
+    }
+
+    #[test]
+    fn weighted_entries_and_promises() {
+        let t = TABLE.replace(
+            "\"chat\": {\"chain\": [\"oa\", \"an\"]}",
+            "\"chat\": {\"chain\": [{\"deployment\": \"oa\", \"weight\": 0}, \"an\"], \"requires\": [\"tools\"]}",
+        );
+        let t = RouteTable::parse(&t).unwrap();
+        assert_eq!(t.chain("chat", 1, None).unwrap().iter().map(|(id, _)| *id).collect::<Vec<_>>(), vec!["an"]);
+        assert_eq!(t.models["chat"].retry.max_attempts, 3);
+        assert_eq!(t.models["chat"].deadline_ms(None), 300_000);
+        assert_eq!(t.models["chat"].deadline_ms(Some(10_000_000)), 900_000);
+        let broken = TABLE
+            .replace(
+                "\"chat\": {\"chain\": [\"oa\", \"an\"]}",
+                "\"chat\": {\"chain\": [\"oa\"], \"requires\": [\"vision\", \"teleport\"]}",
+            )
+            .replace(
+                "\"credential\": \"OPENAI_API_KEY\"}",
+                "\"credential\": \"OPENAI_API_KEY\", \"capabilities\": {\"vision\": false}}",
+            );
+        let errs = RouteTable::parse(&broken).unwrap_err();
+        assert!(errs.iter().any(|e| e.message.contains("promises 'vision'")), "{errs:?}");
+        assert!(errs.iter().any(|e| e.message.contains("teleport")), "{errs:?}");
     }
 
     #[test]

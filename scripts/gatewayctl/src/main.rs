@@ -1,5 +1,7 @@
-//! `gatewayctl`: the admin side of the gateway's KV (route table, virtual keys).
+//! `gatewayctl`: the admin side of the gateway's KV (route table, virtual keys, prices).
 //! Every write goes through `wrangler kv`, after validation.
+
+mod prices;
 
 use edge_gateway::keys::{kv_name, KeyRecord};
 use edge_gateway::routes::{RouteTable, ROUTES_KV_KEY};
@@ -10,7 +12,9 @@ const USAGE: &str = "usage:
   gatewayctl routes put FILE [--local] [--persist-to DIR]
   gatewayctl keys create --tenant T --app A [--env E] [--models m1,m2] [--expires-in-days N] [--label L] [--local] [--persist-to DIR]
   gatewayctl keys revoke KEY [--local] [--persist-to DIR]
-  gatewayctl keys list [--local] [--persist-to DIR]";
+  gatewayctl keys list [--local] [--persist-to DIR]
+  gatewayctl prices validate FILE
+  gatewayctl prices put FILE [--local] [--persist-to DIR] [--force]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -24,6 +28,8 @@ fn main() -> ExitCode {
         ["keys", "create", rest @ ..] => create_key(rest),
         ["keys", "revoke", key, rest @ ..] => revoke_key(key, rest),
         ["keys", "list", rest @ ..] => list_keys(rest),
+        ["prices", "validate", file, ..] => prices::check(file),
+        ["prices", "put", file, rest @ ..] => prices::put(file, rest),
         _ => Err(USAGE.to_string()),
     };
     match result {

@@ -15,6 +15,8 @@ pub const KEY_B: &str = "gk_e2e_tenant_b_0002";
 pub const KEY_REVOKED: &str = "gk_e2e_revoked_0003";
 pub const KEY_EXPIRED: &str = "gk_e2e_expired_0004";
 pub const KEY_LIMITED_MODELS: &str = "gk_e2e_only_claude_0005";
+/// Only the usage test uses this tenant, so its events can be counted exactly.
+pub const KEY_USAGE: &str = "gk_e2e_usage_0006";
 
 pub struct Stack {
     pub gateway: String,
@@ -107,6 +109,7 @@ fn start() -> Stack {
         .expect("routes fixture")
         .replace("{{MOCK_PORT}}", &mock_port.to_string());
     let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    std::fs::write(run_dir.join("routes.json"), &routes).expect("routes copy");
     let seed = serde_json::json!([
         {"key": "routes", "value": routes},
         key_entry(KEY, serde_json::json!({"tenant": "tenant-a", "app": "e2e", "env": "test"})),
@@ -114,20 +117,24 @@ fn start() -> Stack {
         key_entry(KEY_REVOKED, serde_json::json!({"tenant": "tenant-a", "app": "e2e", "revoked": true})),
         key_entry(KEY_EXPIRED, serde_json::json!({"tenant": "tenant-a", "app": "e2e", "expires_at_ms": now_ms - 1000})),
         key_entry(KEY_LIMITED_MODELS, serde_json::json!({"tenant": "tenant-a", "app": "e2e", "models": ["claude-sonnet"]})),
+        key_entry(KEY_USAGE, serde_json::json!({"tenant": "tenant-usage", "app": "usage-e2e", "env": "test"})),
+        {"key": "prices", "value": std::fs::read_to_string(root.join("tests/e2e/fixtures/prices.json")).expect("prices fixture")},
     ]);
     let seed_file = run_dir.join("seed.json");
     std::fs::write(&seed_file, seed.to_string()).expect("seed");
     wrangler(&root, &["kv", "bulk", "put", "--local", "--binding", "CONFIG"], &state, &[seed_file.to_str().unwrap()]);
 
+    let config = isolated_config(&root, &run_dir);
     let env_file = run_dir.join("dev.vars");
     std::fs::copy(root.join("dev/dev.vars"), &env_file).expect("dev vars");
     let port = free_port();
     let inspector = free_port();
     let gateway_log = run_dir.join("wrangler.log");
     let cmd = format!(
-        "'{}/node_modules/.bin/wrangler' dev --ip 127.0.0.1 --port {port} --inspector-port {inspector} \
+        "'{}/node_modules/.bin/wrangler' dev --config '{}' --ip 127.0.0.1 --port {port} --inspector-port {inspector} \
          --persist-to '{}' --env-file '{}' --log-level warn --show-interactive-dev-session=false",
         root.display(),
+        config.display(),
         state.display(),
         env_file.display()
     );
@@ -138,6 +145,40 @@ fn start() -> Stack {
         panic!("wrangler dev did not answer within 120 s; its log:\n{log}");
     }
     Stack { gateway: gateway_url, mock: mock_url, root, state, _guards: Mutex::new(vec![mock, gateway]) }
+}
+
+/// A copy of the built worker and a wrangler config without the build step, so the run tests
+/// exactly what `scripts/build-worker` built and edits to src/ during the run don't reload it.
+fn isolated_config(root: &Path, run_dir: &Path) -> PathBuf {
+    let build = run_dir.join("build");
+    let status = Command::new("cp").arg("-r").arg(root.join("build")).arg(&build).status().expect("cp build");
+    assert!(status.success() && build.join("index.js").exists(), "build/ missing: run scripts/build-worker first");
+    let original = std::fs::read_to_string(root.join("wrangler.toml")).expect("wrangler.toml");
+    let mut out = String::new();
+    let mut in_build = false;
+    let mut top_level = true;
+    for line in original.lines() {
+        let trimmed = line.trim();
+        if trimmed.starts_with('[') {
+            in_build = trimmed == "[build]";
+            top_level = false;
+        }
+        if in_build {
+            continue;
+        }
+        if top_level && trimmed.starts_with("name =") {
+            // A name of its own keeps concurrent runs apart in wrangler's local dev registry.
+            out.push_str(&format!("name = \"edge-gateway-e2e-{}\"\n", std::process::id()));
+        } else if top_level && trimmed.starts_with("main =") {
+            out.push_str(&format!("main = \"{}\"\n", build.join("index.js").display()));
+        } else {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    let config = run_dir.join("wrangler.toml");
+    std::fs::write(&config, out).expect("write config");
+    config
 }
 
 fn wrangler(root: &Path, args: &[&str], state: &Path, tail: &[&str]) {

@@ -98,3 +98,17 @@ fn vendor_retry_after_holds_all_traffic_until_then() {
     assert_eq!(post(&url, KEY, &hello("vendor-429")).status, 200);
     assert_eq!(s.mock_calls("e2e-429"), 2);
 }
+
+#[test]
+fn vendor_retry_after_is_a_floor_for_the_retry() {
+    let s = stack();
+    ureq::post(&format!("{}/_mock/faults", s.mock))
+        .send_string(&json!({"model": "e2e-429-retried", "fault": "status=429,retry_after=1", "times": 1}).to_string())
+        .expect("script faults");
+    let started = Instant::now();
+    let r = post(&s.url("/v1/chat/completions"), KEY, &hello("vendor-429-retried"));
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(started.elapsed() >= Duration::from_millis(1000), "retried before Retry-After: {:?}", started.elapsed());
+    assert_eq!(r.header("x-gateway-attempts"), Some("2"));
+    assert_eq!(s.mock_calls("e2e-429-retried"), 2);
+}

@@ -3,4 +3,7 @@
 mod completions;
 mod errors;
 mod limits;
+mod routing;
 mod streaming;
+mod usage;
+mod vendors;

@@ -1,0 +1,166 @@
+//! The usage pipeline's platform side: the price table from KV (cached in the isolate), sending
+//! events to the usage queue, and the queue consumer that stores them in R2 as NDJSON.
+
+use crate::config_store::{cache_ttl_ms, CONFIG_BINDING};
+use crate::export::{self, ExportObject};
+use crate::pricing::{PriceTable, PRICES_KV_KEY};
+use crate::usage_event::UsageEvent;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::Duration;
+use worker::wasm_bindgen::JsValue;
+use worker::{Bucket, Delay, Env, HttpMetadata, MessageBatch, MessageBuilder, MessageExt, QueueContentType};
+
+pub const QUEUE_BINDING: &str = "USAGE_QUEUE";
+pub const BUCKET_BINDING: &str = "USAGE_BUCKET";
+/// Tries per send and per R2 write; waits between them grow 4× from the first delay.
+const SEND_TRIES: u32 = 4;
+const SEND_FIRST_DELAY_MS: u64 = 100;
+const PUT_TRIES: u32 = 3;
+const PUT_FIRST_DELAY_MS: u64 = 200;
+
+struct CachedPrices {
+    table: Option<Rc<PriceTable>>,
+    raw: String,
+    fetched_ms: u64,
+}
+
+thread_local! {
+    static PRICES: RefCell<Option<CachedPrices>> = const { RefCell::new(None) };
+}
+
+/// The price table, re-read from KV after the config TTL; an invalid or unreadable table never
+/// replaces the last good one. `None` until one was read: events are then flagged unpriced.
+pub async fn price_table(env: &Env, now_ms: u64) -> Option<Rc<PriceTable>> {
+    let ttl = cache_ttl_ms(env);
+    let fresh = PRICES
+        .with(|p| p.borrow().as_ref().filter(|c| now_ms.saturating_sub(c.fetched_ms) < ttl).map(|c| c.table.clone()));
+    if let Some(table) = fresh {
+        return table;
+    }
+    let raw = match env.kv(CONFIG_BINDING) {
+        Ok(kv) => kv.get(PRICES_KV_KEY).text().await.map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    PRICES.with(|p| {
+        let mut slot = p.borrow_mut();
+        let cached = slot.get_or_insert_with(|| CachedPrices { table: None, raw: String::new(), fetched_ms: 0 });
+        cached.fetched_ms = now_ms;
+        match raw {
+            Err(e) => worker::console_error!(
+                "{}",
+                serde_json::json!({"event": "price_table_unavailable", "error": e, "serving_last_good": cached.table.is_some()})
+            ),
+            Ok(None) => {}
+            Ok(Some(text)) if text == cached.raw => {}
+            Ok(Some(text)) => {
+                match PriceTable::parse(&text) {
+                    Ok(table) => cached.table = Some(Rc::new(table)),
+                    Err(errors) => worker::console_error!(
+                        "{}",
+                        serde_json::json!({"event": "price_table_rejected", "errors": errors, "serving_last_good": cached.table.is_some()})
+                    ),
+                }
+                cached.raw = text;
+            }
+        }
+        cached.table.clone()
+    })
+}
+
+/// Sends one event, retrying with backoff; a send that keeps failing is logged with the whole
+/// event so it can be replayed from the logs.
+pub async fn send(env: &Env, event: &UsageEvent) {
+    let line = match serde_json::to_string(event) {
+        Ok(line) => line,
+        Err(e) => {
+            worker::console_error!(
+                "{}",
+                serde_json::json!({"event": "usage_send_failed", "error": e.to_string(), "usage": event})
+            );
+            return;
+        }
+    };
+    let mut error = String::new();
+    for attempt in 0..SEND_TRIES {
+        if attempt > 0 {
+            Delay::from(Duration::from_millis(SEND_FIRST_DELAY_MS * 4u64.pow(attempt - 1))).await;
+        }
+        match send_once(env, &line).await {
+            Ok(()) => return,
+            Err(e) => error = e,
+        }
+    }
+    worker::console_error!(
+        "{}",
+        serde_json::json!({"event": "usage_send_failed", "error": error, "tries": SEND_TRIES, "usage": event})
+    );
+}
+
+async fn send_once(env: &Env, line: &str) -> Result<(), String> {
+    let queue = env.queue(QUEUE_BINDING).map_err(|e| format!("queue binding {QUEUE_BINDING}: {e}"))?;
+    // Text, not a structured object: the consumer stores the producer's bytes as they are.
+    let message = MessageBuilder::new(line.to_string()).content_type(QueueContentType::Text).build();
+    queue.send(message).await.map_err(|e| e.to_string())
+}
+
+/// Stores a batch as one NDJSON object per partition; acks a message only once its object is in
+/// R2, and marks the rest for redelivery.
+pub async fn consume(batch: &MessageBatch<String>, env: &Env) {
+    let messages: Vec<_> = batch.raw_iter().collect();
+    let bodies: Vec<Option<String>> = messages.iter().map(|m| text_of(&m.body())).collect();
+    let plan = export::plan(&bodies);
+    for r in &plan.rejected {
+        worker::console_error!(
+            "{}",
+            serde_json::json!({"event": "usage_message_rejected", "reason": r.reason, "body": bodies[r.index]})
+        );
+        messages[r.index].ack();
+    }
+    let bucket = match env.bucket(BUCKET_BINDING) {
+        Ok(b) => b,
+        Err(e) => {
+            worker::console_error!("{}", serde_json::json!({"event": "usage_export_failed", "error": e.to_string()}));
+            plan.objects.iter().flat_map(|o| &o.members).for_each(|&i| messages[i].retry());
+            return;
+        }
+    };
+    for object in &plan.objects {
+        match put(&bucket, object).await {
+            Ok(()) => object.members.iter().for_each(|&i| messages[i].ack()),
+            Err(error) => {
+                worker::console_error!(
+                    "{}",
+                    serde_json::json!({"event": "usage_export_failed", "key": object.key, "events": object.events, "error": error})
+                );
+                object.members.iter().for_each(|&i| messages[i].retry());
+            }
+        }
+    }
+}
+
+fn text_of(body: &JsValue) -> Option<String> {
+    body.as_string().or_else(|| worker::js_sys::JSON::stringify(body).ok().and_then(|s| s.as_string()))
+}
+
+async fn put(bucket: &Bucket, object: &ExportObject) -> Result<(), String> {
+    let mut error = String::new();
+    for attempt in 0..PUT_TRIES {
+        if attempt > 0 {
+            Delay::from(Duration::from_millis(PUT_FIRST_DELAY_MS * 4u64.pow(attempt - 1))).await;
+        }
+        let metadata = HttpMetadata { content_type: Some(export::CONTENT_TYPE.to_string()), ..HttpMetadata::default() };
+        let result = bucket
+            .put(object.key.clone(), object.body.clone().into_bytes())
+            .http_metadata(metadata)
+            .custom_metadata(HashMap::from([("events".to_string(), object.events.to_string())]))
+            .execute()
+            .await;
+        match result {
+            Ok(_) => return Ok(()),
+            Err(e) => error = e.to_string(),
+        }
+    }
+    Err(error)
+}
