@@ -5,12 +5,14 @@ use crate::api_error::ApiError;
 use crate::attempt::{
     credential, final_error, now_ms, set_remaining, settle_failure, signals_of, with_route_headers, Refusal,
 };
+use crate::cache_policy::{self, CachedAnswer};
 use crate::canonical::ChatRequest;
 use crate::decision_log::DecisionLog;
 use crate::estimate;
 use crate::outcome::{Attempt, RequestOutcome};
 use crate::providers::{self, ErrorClass, StreamEnd, StreamTranslator, UpstreamError};
 use crate::request_context::RequestContext;
+use crate::response_cache::CacheUse;
 use crate::retry::{self, retry_budget};
 use crate::routes::Deployment;
 use crate::selection::{self, Gate, Needs};
@@ -36,6 +38,10 @@ pub async fn completions(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Con
         .with_param("model"));
     }
     let chain = table.chain(&logical, rc.random, rc.session_id.as_deref()).unwrap_or_default();
+    let cache = CacheUse::decide(&model.cache, &chat, &rc, &body);
+    if let Some(answer) = cache.lookup(env, rc.started_ms).await {
+        return serve_cached(answer, &chat, &rc, &logical, ctx, env);
+    }
     let deadline = rc.started_ms + model.deadline_ms(rc.timeout_override_ms);
     let policy = model.retry;
     let stream = chat.is_stream();
@@ -127,7 +133,9 @@ pub async fn completions(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Con
                         let attempt = StreamAttempt { id, deployment, attempt_started, admission };
                         start_stream(up, attempt, &chat, &rc, outcome.clone(), ctx).await
                     } else {
-                        finish_json(up, id, deployment, attempt_started, admission, &mut outcome, ctx).await
+                        let store =
+                            cache.key.clone().zip(cache.decision.store_ttl_s()).map(|(k, t)| (k, t, rc.env.clone()));
+                        finish_json(up, id, deployment, attempt_started, admission, &mut outcome, ctx, store).await
                     }
                 }
                 Ok(mut up) => {
@@ -155,6 +163,7 @@ pub async fn completions(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Con
                     }
                     let headers = response.headers_mut();
                     let _ = headers.set("x-gateway-fallback", if fallback { "true" } else { "false" });
+                    let _ = headers.set("x-gateway-cache", &cache.miss_label());
                     let mut response = with_route_headers(response, &rc, id, deployment, attempts);
                     set_remaining(&mut response, remaining);
                     return Ok(response);
@@ -194,6 +203,34 @@ pub async fn completions(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Con
     Err(api_error)
 }
 
+/// Answers from the cache: no upstream call; streamed requests get the answer replayed as SSE.
+fn serve_cached(
+    answer: CachedAnswer,
+    chat: &ChatRequest,
+    rc: &RequestContext,
+    logical: &str,
+    ctx: &Context,
+    env: &Env,
+) -> Result<Response, ApiError> {
+    let now = now_ms();
+    let mut outcome = RequestOutcome::new(rc, logical, chat.is_stream());
+    outcome.record_cache_hit(&answer.deployment, answer.usage, now);
+    outcome.finish(ctx, env);
+    let mut response = if chat.is_stream() {
+        let sse = cache_policy::replay_as_sse(&answer.body, chat.wants_usage())
+            .ok_or_else(|| ApiError::internal("cached answer could not be replayed"))?;
+        http_io::sse_response(futures::stream::once(async move { Ok(sse) }))?
+    } else {
+        http_io::json_response(200, answer.body.clone().into_bytes())?
+    };
+    let headers = response.headers_mut();
+    let _ = headers.set("x-gateway-cache", "hit");
+    let _ = headers.set("age", &answer.age_s(now).to_string());
+    let _ = headers.set("x-gateway-deployment", &answer.deployment);
+    let _ = headers.set("x-gateway-attempts", "0");
+    Ok(response)
+}
+
 fn deadline_error() -> UpstreamError {
     UpstreamError {
         class: ErrorClass::Timeout,
@@ -204,6 +241,7 @@ fn deadline_error() -> UpstreamError {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn finish_json(
     mut up: UpstreamResponse,
     id: &str,
@@ -212,6 +250,7 @@ async fn finish_json(
     admission: Admission,
     outcome: &mut RequestOutcome,
     ctx: &Context,
+    cache_store: Option<(String, u32, Env)>,
 ) -> Result<Response, UpstreamError> {
     let translated = match upstream::read_body(&mut up, deployment.timeouts.total_ms).await {
         Ok(body) => providers::translate_chat_response(deployment, &body, now_ms() / 1000),
@@ -232,6 +271,14 @@ async fn finish_json(
         signals,
     ));
     outcome.attempts.push(Attempt::succeeded(id, deployment, usage, attempt_started, now_ms(), None));
+    if let Some((key, ttl_s, env)) = cache_store {
+        let storable =
+            serde_json::from_str::<serde_json::Value>(&result.body).is_ok_and(|v| cache_policy::storable(&v));
+        if storable {
+            let answer = CachedAnswer::new(result.body.clone(), usage, id.to_string(), now_ms(), ttl_s);
+            ctx.wait_until(CacheUse::store(key, answer, env));
+        }
+    }
     http_io::json_response(200, result.body.into_bytes()).map_err(|e| internal(e.message))
 }
 

@@ -1,6 +1,7 @@
 //! The fetch handler: routing, authentication, and the small endpoints.
 
 use crate::api_error::ApiError;
+use crate::idempotency_gate::{self, Gate};
 use crate::keys::{self, KeyRefusal};
 use crate::request_context::{self, new_request_id, RequestContext};
 use crate::{admin, chat, config_store, embeddings, http_io};
@@ -20,7 +21,7 @@ pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
         },
         (Method::Post, "/v1/chat/completions") => match authenticate(&req, &env, &request_id, started_ms).await {
             Ok(rc) => match http_io::read_body(&mut req).await {
-                Ok(body) => chat::completions(rc, body, &env, &ctx).await,
+                Ok(body) => idempotent(&req, rc, body, &env, &ctx).await,
                 Err(e) => Err(e),
             },
             Err(e) => Err(e),
@@ -43,6 +44,21 @@ pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
             response
         }
         Err(err) => http_io::error_response(&err, Some(&request_id)),
+    }
+}
+
+/// Chat completions behind the `Idempotency-Key` gate.
+async fn idempotent(
+    req: &Request,
+    rc: RequestContext,
+    body: Vec<u8>,
+    env: &Env,
+    ctx: &Context,
+) -> Result<Response, ApiError> {
+    match idempotency_gate::enter(req, env, &rc.key.tenant, &rc.request_id, &body).await? {
+        Gate::Open => chat::completions(rc, body, env, ctx).await,
+        Gate::Replay(response) => Ok(response),
+        Gate::Proceed(claim) => claim.finish(chat::completions(rc, body, env, ctx).await).await,
     }
 }
 
@@ -77,6 +93,8 @@ async fn authenticate(req: &Request, env: &Env, request_id: &str, now_ms: u64) -
         timeout_override_ms: header("x-gateway-timeout-ms").and_then(|v| v.trim().parse().ok()),
         random: request_context::random_u64(),
         tags: header("x-gateway-tags"),
+        cache_control: header("cache-control"),
+        cache_ttl: header("x-gateway-cache-ttl"),
     })
 }
 

@@ -20,6 +20,7 @@ pub mod export;
 pub mod gateway;
 pub mod http_io;
 pub mod idempotency;
+pub mod idempotency_gate;
 pub mod keys;
 pub mod outcome;
 pub mod pricing;
@@ -27,6 +28,7 @@ pub mod providers;
 pub mod rate_headers;
 pub mod redact;
 pub mod request_context;
+pub mod response_cache;
 pub mod retry;
 pub mod routes;
 pub mod selection;
@@ -36,6 +38,7 @@ pub mod usage;
 pub mod usage_event;
 pub mod usage_queue;
 
+pub use limiter::idempotency::IdempotencyStore;
 pub use limiter::DeploymentLimiter;
 
 use worker::{event, Context, Env, Request, Response, Result};

@@ -3,11 +3,12 @@
 
 use crate::api_error::ApiError;
 use crate::canonical::ChatRequest;
+use crate::config_store;
 use crate::providers::UpstreamError;
 use crate::request_context::RequestContext;
 use crate::routes::Deployment;
 use crate::usage::Usage;
-use crate::usage_event::{self, RequestShape, UsageEvent};
+use crate::usage_event::{self, CacheHit, RequestShape, UsageEvent};
 use crate::usage_queue;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -98,6 +99,7 @@ pub struct RequestOutcome {
     /// What the limiter's estimate is computed from; billed when the vendor reports no usage.
     pub shape: Option<RequestShape>,
     pub finished_ms: Option<u64>,
+    pub cache_hit: Option<CacheHit>,
 }
 
 impl RequestOutcome {
@@ -117,6 +119,7 @@ impl RequestOutcome {
             end_user: None,
             shape: None,
             finished_ms: None,
+            cache_hit: None,
         }
     }
 
@@ -130,6 +133,19 @@ impl RequestOutcome {
             messages: chat.messages.len(),
             max_output: chat.max_output_tokens(),
         });
+    }
+
+    /// Served from the response cache: no upstream attempt; `usage` is what the original request
+    /// was billed, recorded as what this hit avoided.
+    pub fn record_cache_hit(&mut self, deployment: &str, usage: Option<Usage>, now_ms: u64) {
+        self.cache_hit = Some(CacheHit {
+            deployment: deployment.to_string(),
+            provider: None,
+            model: None,
+            price_key: None,
+            avoided: usage,
+        });
+        self.finished_ms = Some(now_ms);
     }
 
     pub fn clone_meta(&self) -> Self {
@@ -149,8 +165,18 @@ impl RequestOutcome {
     }
 
     /// Prices the request and sends its usage event; call inside `wait_until`.
-    pub async fn finish_detached(self, env: &Env) {
+    pub async fn finish_detached(mut self, env: &Env) {
         let now = worker::Date::now().as_millis();
+        if let Some(hit) = self.cache_hit.as_mut() {
+            // The cache keeps only the deployment id; the route table names its vendor and price.
+            if let Some(d) =
+                config_store::route_table(env, now).await.ok().and_then(|t| t.deployments.get(&hit.deployment).cloned())
+            {
+                hit.provider = Some(d.provider.as_str().to_string());
+                hit.price_key = Some(price_key(&d));
+                hit.model = Some(d.model);
+            }
+        }
         let prices = usage_queue::price_table(env, now).await;
         let event = UsageEvent::build(&self, prices.as_deref(), self.finished_ms.unwrap_or(now));
         usage_queue::send(env, &event).await;

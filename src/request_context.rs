@@ -22,6 +22,9 @@ pub struct RequestContext {
     pub random: u64,
     /// `x-gateway-tags` as sent (`k=v,k=v`): usage attribution tags.
     pub tags: Option<String>,
+    pub cache_control: Option<String>,
+    /// `x-gateway-cache-ttl`: seconds, bounded by the route's `cache.max_ttl_s`.
+    pub cache_ttl: Option<String>,
 }
 
 pub fn random_u64() -> u64 {

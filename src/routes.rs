@@ -1,5 +1,6 @@
 //! The route table admins keep in KV: logical models → ordered chains of deployments.
 
+use crate::cache_policy::CachePolicy;
 use crate::retry::RetryPolicy;
 use crate::selection::{self, Candidate};
 use serde::Deserialize;
@@ -33,6 +34,9 @@ pub struct LogicalModel {
     /// Capabilities this model promises; the validator checks some deployment in the chain has each.
     #[serde(default)]
     pub requires: Vec<String>,
+    /// Exact-response cache policy; off unless enabled.
+    #[serde(default)]
+    pub cache: CachePolicy,
 }
 
 impl LogicalModel {
@@ -287,6 +291,12 @@ impl RouteTable {
                 out.push(RouteTableError {
                     line: line_of(text, &format!("\"{name}\"")),
                     message: format!("model '{name}' has an empty chain"),
+                });
+            }
+            if let Err(problem) = model.cache.validate() {
+                out.push(RouteTableError {
+                    line: line_of(text, &format!("\"{name}\"")),
+                    message: format!("model '{name}': {problem}"),
                 });
             }
             for capability in &model.requires {

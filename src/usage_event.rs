@@ -28,6 +28,16 @@ pub struct RequestShape {
     pub max_output: Option<u64>,
 }
 
+/// An answer served from the response cache, and what the original request was billed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CacheHit {
+    pub deployment: String,
+    pub provider: Option<String>,
+    pub model: Option<String>,
+    pub price_key: Option<String>,
+    pub avoided: Option<Usage>,
+}
+
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TokenCounts {
     pub input_tokens: u64,
@@ -124,6 +134,9 @@ pub struct UsageEvent {
     pub price_version: Option<String>,
     pub cost_micro_usd: Option<u64>,
     pub price_missing: bool,
+    /// For a cache hit: the tokens and cost the original request was billed, which this one saved.
+    pub avoided_tokens: u64,
+    pub avoided_cost_micro_usd: Option<u64>,
     pub attempts: Vec<AttemptEvent>,
 }
 
@@ -251,6 +264,15 @@ impl UsageEvent {
         };
         let error_class = if status == 200 { None } else { last.and_then(|a| a.error_class).map(str::to_string) };
         let feature = o.tags.get("feature").cloned();
+        let hit = o.cache_hit.as_ref();
+        let (avoided_tokens, avoided_cost_micro_usd) = match hit {
+            None => (0, Some(0)),
+            Some(h) => {
+                let applied = h.price_key.as_deref().and_then(|k| prices?.price_at(k, o.started_ms));
+                let cost = h.avoided.as_ref().zip(applied).map(|(u, p)| p.entry.cost_micro_usd(u));
+                (h.avoided.as_ref().map_or(0, Usage::total_tokens), cost)
+            }
+        };
         let end_user = o.end_user.clone().or_else(|| o.tags.get("user").cloned());
         UsageEvent {
             schema_version: SCHEMA_VERSION,
@@ -266,10 +288,10 @@ impl UsageEvent {
             end_user,
             tags: o.tags.clone(),
             logical_model: o.logical_model.clone(),
-            deployment: last.map(|a| a.deployment.clone()),
-            provider: last.map(|a| a.provider.to_string()),
-            model: last.map(|a| a.model.clone()),
-            price_key: last.map(|a| a.price_key.clone()),
+            deployment: last.map(|a| a.deployment.clone()).or_else(|| hit.map(|h| h.deployment.clone())),
+            provider: last.map(|a| a.provider.to_string()).or_else(|| hit.and_then(|h| h.provider.clone())),
+            model: last.map(|a| a.model.clone()).or_else(|| hit.and_then(|h| h.model.clone())),
+            price_key: last.map(|a| a.price_key.clone()).or_else(|| hit.and_then(|h| h.price_key.clone())),
             stream: o.stream,
             status,
             error_class,
@@ -278,7 +300,7 @@ impl UsageEvent {
             ttft_ms: last.and_then(|a| a.ttft_ms.map(|t| (a.started_ms + t).saturating_sub(o.started_ms))),
             attempt_count: attempts.len() as u32,
             fallback: last.is_some_and(|l| o.attempts.iter().any(|a| a.deployment != l.deployment)),
-            cache_hit: false,
+            cache_hit: hit.is_some(),
             tokens,
             estimated: attempts.iter().any(|a| a.estimated),
             estimated_input_tokens: last_event.and_then(|a| a.estimated_input_tokens),
@@ -286,6 +308,8 @@ impl UsageEvent {
             price_version: attempts.iter().rev().filter(|a| !a.tokens.is_zero()).find_map(|a| a.price_version.clone()),
             cost_micro_usd,
             price_missing,
+            avoided_tokens,
+            avoided_cost_micro_usd,
             attempts,
         }
     }
@@ -347,6 +371,7 @@ mod tests {
             end_user: None,
             shape: Some(RequestShape { text_chars: 40, messages: 2, max_output: Some(100) }),
             finished_ms: None,
+            cache_hit: None,
         }
     }
 
@@ -523,6 +548,34 @@ mod tests {
         assert!(parse_tags_header(&format!("{}=v", "k".repeat(65))).is_empty());
         assert!(parse_tags_header("a b=v,ü=v,a/b=v").is_empty());
         assert_eq!(parse_tags_header("team.sub:x-y_z=v").len(), 1);
+    }
+
+    #[test]
+    fn cache_hit_bills_nothing_and_records_what_it_saved() {
+        let mut o = outcome(vec![]);
+        o.cache_hit = Some(CacheHit {
+            deployment: "oa".into(),
+            provider: Some("openai".into()),
+            model: Some("gpt-4o-mini".into()),
+            price_key: Some("gpt-4o-mini".into()),
+            avoided: Some(usage(10, 10)),
+        });
+        let e = UsageEvent::build(&o, Some(&prices()), T0 + 3);
+        assert!(e.cache_hit);
+        assert_eq!(
+            (e.attempt_count, e.tokens, e.cost_micro_usd, e.price_missing),
+            (0, TokenCounts::default(), Some(0), false)
+        );
+        assert_eq!((e.deployment.as_deref(), e.model.as_deref()), (Some("oa"), Some("gpt-4o-mini")));
+        assert_eq!((e.avoided_tokens, e.avoided_cost_micro_usd), (20, Some(8)));
+        o.cache_hit.as_mut().unwrap().price_key = Some("mystery".into());
+        assert_eq!(
+            UsageEvent::build(&o, Some(&prices()), T0).avoided_cost_micro_usd,
+            None,
+            "unknown price, unknown saving"
+        );
+        let miss = UsageEvent::build(&outcome(vec![attempt("oa", "gpt-4o-mini", Some(usage(1, 1)), true)]), None, T0);
+        assert_eq!((miss.cache_hit, miss.avoided_tokens, miss.avoided_cost_micro_usd), (false, 0, Some(0)));
     }
 
     #[test]

@@ -10,7 +10,10 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 use worker::wasm_bindgen::JsValue;
-use worker::{Bucket, Delay, Env, HttpMetadata, MessageBatch, MessageBuilder, MessageExt, QueueContentType};
+use worker::{
+    Bucket, Delay, Env, HttpMetadata, MessageBatch, MessageBuilder, MessageExt, QueueContentType,
+    QueueRetryOptionsBuilder,
+};
 
 pub const QUEUE_BINDING: &str = "USAGE_QUEUE";
 pub const BUCKET_BINDING: &str = "USAGE_BUCKET";
@@ -19,6 +22,8 @@ const SEND_TRIES: u32 = 4;
 const SEND_FIRST_DELAY_MS: u64 = 100;
 const PUT_TRIES: u32 = 3;
 const PUT_FIRST_DELAY_MS: u64 = 200;
+/// Redelivery delay after a failed write: with the queue's 10 retries, rides out ~5 minutes of R2 trouble.
+const REDELIVERY_DELAY_S: u32 = 30;
 
 struct CachedPrices {
     table: Option<Rc<PriceTable>>,
@@ -122,7 +127,8 @@ pub async fn consume(batch: &MessageBatch<String>, env: &Env) {
         Ok(b) => b,
         Err(e) => {
             worker::console_error!("{}", serde_json::json!({"event": "usage_export_failed", "error": e.to_string()}));
-            plan.objects.iter().flat_map(|o| &o.members).for_each(|&i| messages[i].retry());
+            let later = QueueRetryOptionsBuilder::new().with_delay_seconds(REDELIVERY_DELAY_S).build();
+            plan.objects.iter().flat_map(|o| &o.members).for_each(|&i| messages[i].retry_with_options(&later));
             return;
         }
     };
@@ -134,7 +140,8 @@ pub async fn consume(batch: &MessageBatch<String>, env: &Env) {
                     "{}",
                     serde_json::json!({"event": "usage_export_failed", "key": object.key, "events": object.events, "error": error})
                 );
-                object.members.iter().for_each(|&i| messages[i].retry());
+                let later = QueueRetryOptionsBuilder::new().with_delay_seconds(REDELIVERY_DELAY_S).build();
+                object.members.iter().for_each(|&i| messages[i].retry_with_options(&later));
             }
         }
     }
