@@ -214,6 +214,7 @@ fn serve_cached(
 ) -> Result<Response, ApiError> {
     let now = now_ms();
     let mut outcome = RequestOutcome::new(rc, logical, chat.is_stream());
+    outcome.describe(chat);
     outcome.record_cache_hit(&answer.deployment, answer.usage, now);
     outcome.finish(ctx, env);
     let mut response = if chat.is_stream() {

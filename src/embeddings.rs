@@ -9,6 +9,7 @@ use crate::outcome::{Attempt, RequestOutcome};
 use crate::providers::{self, UpstreamError};
 use crate::request_context::RequestContext;
 use crate::upstream;
+use crate::usage_event::RequestShape;
 use crate::{config_store, estimate, http_io};
 use limiter::protocol::{TokenUsage, UpstreamSignals};
 use serde_json::Value;
@@ -64,6 +65,7 @@ pub async fn create(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context)
         .with_param("model"));
     }
     let mut outcome = RequestOutcome::new(&rc, &model, false);
+    outcome.shape = Some(RequestShape { text_chars: chars, messages: 0, max_output: Some(0) });
     let mut last_error: Option<UpstreamError> = None;
     let mut refusal: Option<Refusal> = None;
     let mut unsupported: Option<ApiError> = None;

@@ -69,6 +69,14 @@ fn fnv(parts: &[&[u8]]) -> u64 {
     h
 }
 
+/// SplitMix64's finalizer: full avalanche, so draws for different candidates are independent.
+fn splitmix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 /// Weighted score in (0, 1]-space mapped to u64 order: higher wins (rendezvous / weighted shuffle).
 fn score(weight: u32, draw: u64) -> f64 {
     // Efraimidis–Spirakis: u^(1/w) orders a weighted random permutation.
@@ -84,10 +92,11 @@ pub fn order<'a>(candidates: &[Candidate<'a>], random: u64, session: Option<&str
         .iter()
         .filter(|c| c.weight > 0)
         .map(|c| {
-            let draw = match session {
-                Some(s) => fnv(&[s.as_bytes(), c.id.as_bytes()]),
-                None => fnv(&[&random.to_le_bytes(), c.id.as_bytes()]),
+            let seed = match session {
+                Some(s) => fnv(&[s.as_bytes()]),
+                None => random,
             };
+            let draw = splitmix(seed ^ splitmix(fnv(&[c.id.as_bytes()])));
             (c.priority, score(c.weight, draw), c.id)
         })
         .collect();
