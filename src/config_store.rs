@@ -80,9 +80,7 @@ pub async fn route_table(env: &Env, now_ms: u64) -> Result<Rc<RouteTable>, ApiEr
                 }
                 Err(errors) => {
                     let joined = errors.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; ");
-                    worker::console_error!(
-                        "{}",
-                        serde_json::json!({"event": "route_table_rejected", "errors": joined, "serving_last_good": cached.table.is_some()})
+                    crate::log::error(serde_json::json!({"event": "route_table_rejected", "errors": joined, "serving_last_good": cached.table.is_some()})
                     );
                     cached.problem = Some(joined);
                     cached.raw = text;
@@ -118,10 +116,7 @@ pub async fn key_record(env: &Env, secret: &str, now_ms: u64) -> Result<Option<R
         Some(t) => match serde_json::from_str::<KeyRecord>(&t) {
             Ok(r) => Some(Rc::new(r)),
             Err(e) => {
-                worker::console_error!(
-                    "{}",
-                    serde_json::json!({"event": "key_record_invalid", "error": e.to_string()})
-                );
+                crate::log::error(serde_json::json!({"event": "key_record_invalid", "error": e.to_string()}));
                 None
             }
         },

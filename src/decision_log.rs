@@ -91,8 +91,7 @@ impl DecisionLog {
     pub fn emit(&mut self) {
         if !self.emitted {
             self.emitted = true;
-            #[cfg(target_arch = "wasm32")]
-            worker::console_log!("{}", self.to_json());
+            crate::log::info(self.to_json());
         }
     }
 }

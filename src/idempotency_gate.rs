@@ -84,10 +84,7 @@ impl Claim {
             }
         };
         if let Err(e) = call(&self.stub, &request).await {
-            worker::console_error!(
-                "{}",
-                serde_json::json!({"event": "idempotency_store_failed", "error": e.to_string()})
-            );
+            crate::log::error(serde_json::json!({"event": "idempotency_store_failed", "error": e.to_string()}));
         }
         let _ = response.headers_mut().set(REPLAYED_HEADER, "false");
         Ok(response)

@@ -8,62 +8,44 @@ use limiter::protocol::UpstreamSignals;
 
 /// Parses OpenAI's duration format: a sequence of `<number><unit>` with units h, m, s, ms.
 pub fn parse_duration_ms(text: &str) -> Option<u64> {
-    let text = text.trim();
-    if text.is_empty() {
-        return None;
+    match duration_prefix(text.trim()) {
+        Some((ms, "")) => Some(ms),
+        _ => None,
     }
-    let mut total = 0f64;
-    let mut rest = text;
-    while !rest.is_empty() {
-        let digits = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
-        if digits == 0 {
-            return None;
-        }
-        let value: f64 = rest[..digits].parse().ok()?;
-        rest = &rest[digits..];
-        let (factor, unit_len) = if rest.starts_with("ms") {
-            (1.0, 2)
-        } else if rest.starts_with('h') {
-            (3_600_000.0, 1)
-        } else if rest.starts_with('m') {
-            (60_000.0, 1)
-        } else if rest.starts_with('s') {
-            (1000.0, 1)
-        } else {
-            return None;
-        };
-        total += value * factor;
-        rest = &rest[unit_len..];
-    }
-    Some(total.ceil() as u64)
 }
 
-/// Parses `YYYY-MM-DDTHH:MM:SS[.frac]Z` (what Anthropic sends) to Unix milliseconds.
-pub fn parse_rfc3339_ms(text: &str) -> Option<u64> {
-    let t = text.trim().strip_suffix('Z')?;
-    let (date, time) = t.split_once('T')?;
-    let mut d = date.split('-').map(|p| p.parse::<i64>());
-    let (y, m, day) = (d.next()?.ok()?, d.next()?.ok()?, d.next()?.ok()?);
-    let (hms, frac) = time.split_once('.').unwrap_or((time, ""));
-    let mut h = hms.split(':').map(|p| p.parse::<i64>());
-    let (hh, mm, ss) = (h.next()?.ok()?, h.next()?.ok()?, h.next()?.ok()?);
-    let millis: i64 = format!("{frac:0<3}")[..3].parse().ok()?;
-    // Days from civil (Howard Hinnant's algorithm).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let ms = ((days * 86_400 + hh * 3600 + mm * 60 + ss) * 1000) + millis;
-    u64::try_from(ms).ok()
+/// The longest leading duration (`1m30s`, `120ms`, `1.5s`) and what follows it.
+pub fn duration_prefix(text: &str) -> Option<(u64, &str)> {
+    let mut total = 0f64;
+    let mut rest = text;
+    let mut any = false;
+    loop {
+        let digits = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        let Ok(value) = rest[..digits].parse::<f64>() else { break };
+        let unit = &rest[digits..];
+        let (factor, unit_len) = if unit.starts_with("ms") {
+            (1.0, 2)
+        } else if unit.starts_with('h') {
+            (3_600_000.0, 1)
+        } else if unit.starts_with('m') {
+            (60_000.0, 1)
+        } else if unit.starts_with('s') {
+            (1000.0, 1)
+        } else {
+            break;
+        };
+        total += value * factor;
+        any = true;
+        rest = &unit[unit_len..];
+    }
+    any.then(|| (total.ceil() as u64, rest))
 }
 
 /// Reads the signals from a header lookup; `retry_after_ms` is filled by the caller's classifier.
 pub fn signals(header: impl Fn(&str) -> Option<String>, now_ms: u64) -> UpstreamSignals {
     let num = |name: &str| header(name).and_then(|v| v.trim().parse::<u64>().ok());
     let anthropic_reset =
-        |name: &str| header(name).and_then(|v| parse_rfc3339_ms(&v)).map(|at| at.saturating_sub(now_ms));
+        |name: &str| header(name).and_then(|v| crate::usage_event::utc::parse_rfc3339_ms(&v)).map(|at| at.saturating_sub(now_ms));
     UpstreamSignals {
         retry_after_ms: None,
         remaining_requests: num("x-ratelimit-remaining-requests")
@@ -92,13 +74,6 @@ mod tests {
         assert_eq!(parse_duration_ms(""), None);
         assert_eq!(parse_duration_ms("5x"), None);
         assert_eq!(parse_duration_ms("s"), None);
-    }
-
-    #[test]
-    fn rfc3339() {
-        assert_eq!(parse_rfc3339_ms("1970-01-01T00:00:00Z"), Some(0));
-        assert_eq!(parse_rfc3339_ms("2024-02-29T12:00:01.5Z"), Some(1_709_208_001_500));
-        assert_eq!(parse_rfc3339_ms("2024-02-29T12:00:01+01:00"), None);
     }
 
     #[test]

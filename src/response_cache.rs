@@ -63,7 +63,7 @@ impl CacheUse {
             Ok(p) => p.execute().await.map_err(|e| e.to_string()),
             Err(e) => Err(e.to_string()),
         } {
-            worker::console_error!("{}", serde_json::json!({"event": "cache_store_failed", "error": e}));
+            crate::log::error(serde_json::json!({"event": "cache_store_failed", "error": e}));
         }
     }
 }

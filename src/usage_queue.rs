@@ -53,18 +53,14 @@ pub async fn price_table(env: &Env, now_ms: u64) -> Option<Rc<PriceTable>> {
         let cached = slot.get_or_insert_with(|| CachedPrices { table: None, raw: String::new(), fetched_ms: 0 });
         cached.fetched_ms = now_ms;
         match raw {
-            Err(e) => worker::console_error!(
-                "{}",
-                serde_json::json!({"event": "price_table_unavailable", "error": e, "serving_last_good": cached.table.is_some()})
+            Err(e) => crate::log::error(serde_json::json!({"event": "price_table_unavailable", "error": e, "serving_last_good": cached.table.is_some()})
             ),
             Ok(None) => {}
             Ok(Some(text)) if text == cached.raw => {}
             Ok(Some(text)) => {
                 match PriceTable::parse(&text) {
                     Ok(table) => cached.table = Some(Rc::new(table)),
-                    Err(errors) => worker::console_error!(
-                        "{}",
-                        serde_json::json!({"event": "price_table_rejected", "errors": errors, "serving_last_good": cached.table.is_some()})
+                    Err(errors) => crate::log::error(serde_json::json!({"event": "price_table_rejected", "errors": errors, "serving_last_good": cached.table.is_some()})
                     ),
                 }
                 cached.raw = text;
@@ -80,9 +76,8 @@ pub async fn send(env: &Env, event: &UsageEvent) {
     let line = match serde_json::to_string(event) {
         Ok(line) => line,
         Err(e) => {
-            worker::console_error!(
-                "{}",
-                serde_json::json!({"event": "usage_send_failed", "error": e.to_string(), "usage": event})
+            crate::log::error(
+                serde_json::json!({"event": "usage_send_failed", "error": e.to_string(), "usage": event}),
             );
             return;
         }
@@ -97,9 +92,8 @@ pub async fn send(env: &Env, event: &UsageEvent) {
             Err(e) => error = e,
         }
     }
-    worker::console_error!(
-        "{}",
-        serde_json::json!({"event": "usage_send_failed", "error": error, "tries": SEND_TRIES, "usage": event})
+    crate::log::error(
+        serde_json::json!({"event": "usage_send_failed", "error": error, "tries": SEND_TRIES, "usage": event}),
     );
 }
 
@@ -117,16 +111,15 @@ pub async fn consume(batch: &MessageBatch<String>, env: &Env) {
     let bodies: Vec<Option<String>> = messages.iter().map(|m| text_of(&m.body())).collect();
     let plan = export::plan(&bodies);
     for r in &plan.rejected {
-        worker::console_error!(
-            "{}",
-            serde_json::json!({"event": "usage_message_rejected", "reason": r.reason, "body": bodies[r.index]})
+        crate::log::error(
+            serde_json::json!({"event": "usage_message_rejected", "reason": r.reason, "body": bodies[r.index]}),
         );
         messages[r.index].ack();
     }
     let bucket = match env.bucket(BUCKET_BINDING) {
         Ok(b) => b,
         Err(e) => {
-            worker::console_error!("{}", serde_json::json!({"event": "usage_export_failed", "error": e.to_string()}));
+            crate::log::error(serde_json::json!({"event": "usage_export_failed", "error": e.to_string()}));
             let later = QueueRetryOptionsBuilder::new().with_delay_seconds(REDELIVERY_DELAY_S).build();
             plan.objects.iter().flat_map(|o| &o.members).for_each(|&i| messages[i].retry_with_options(&later));
             return;
@@ -136,9 +129,8 @@ pub async fn consume(batch: &MessageBatch<String>, env: &Env) {
         match put(&bucket, object).await {
             Ok(()) => object.members.iter().for_each(|&i| messages[i].ack()),
             Err(error) => {
-                worker::console_error!(
-                    "{}",
-                    serde_json::json!({"event": "usage_export_failed", "key": object.key, "events": object.events, "error": error})
+                crate::log::error(
+                    serde_json::json!({"event": "usage_export_failed", "key": object.key, "events": object.events, "error": error}),
                 );
                 let later = QueueRetryOptionsBuilder::new().with_delay_seconds(REDELIVERY_DELAY_S).build();
                 object.members.iter().for_each(|&i| messages[i].retry_with_options(&later));

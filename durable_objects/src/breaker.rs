@@ -182,6 +182,31 @@ impl Breaker {
         }
     }
 
+    /// Whether the isolates may admit on their own: only when closed and fully ramped up.
+    pub fn lease_gate(&mut self, cfg: &BreakerConfig, now_ms: u64) -> Result<(), Refusal> {
+        self.advance(cfg, now_ms);
+        match self.phase {
+            Phase::Open { until_ms } => {
+                Err(Refusal { code: RejectCode::BreakerOpen, retry_after_ms: until_ms.saturating_sub(now_ms) })
+            }
+            Phase::HalfOpen => Err(Refusal { code: RejectCode::HalfOpenProbeInFlight, retry_after_ms: PROBE_RETRY_MS }),
+            Phase::Closed => match self.ramp(cfg, now_ms) {
+                Some((_, step_end)) => Err(Refusal { code: RejectCode::Ramping, retry_after_ms: step_end - now_ms }),
+                None => Ok(()),
+            },
+        }
+    }
+
+    /// Feeds `n` successes of locally admitted requests, reported in one batch. They count only
+    /// while closed: outcomes of requests admitted before a trip change nothing.
+    pub fn record_successes(&mut self, cfg: &BreakerConfig, n: u64, now_ms: u64) {
+        self.advance(cfg, now_ms);
+        if n > 0 && self.phase == Phase::Closed {
+            self.failures = 0;
+            self.window.add_n(cfg, now_ms, n, 0);
+        }
+    }
+
     /// Ties the half-open probe slot to a reservation.
     pub fn begin_probe(&mut self, id: &str, expires_ms: u64) {
         self.probe = Some(Probe { id: id.to_owned(), expires_ms });
@@ -324,6 +349,11 @@ impl Window {
     }
 
     fn add(&mut self, cfg: &BreakerConfig, now_ms: u64, failed: bool) {
+        let (ok, failed) = if failed { (0, 1) } else { (1, 0) };
+        self.add_n(cfg, now_ms, ok, failed);
+    }
+
+    fn add_n(&mut self, cfg: &BreakerConfig, now_ms: u64, ok: u64, failed: u64) {
         let Some(width) = Self::width_for(cfg) else {
             self.slots.clear();
             return;
@@ -339,11 +369,9 @@ impl Window {
             self.slots.push_back(Slot { index, ok: 0, failed: 0 });
         }
         let slot = self.slots.back_mut().expect("a slot was just ensured");
-        if failed {
-            slot.failed = slot.failed.saturating_add(1);
-        } else {
-            slot.ok = slot.ok.saturating_add(1);
-        }
+        let clamp = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+        slot.failed = slot.failed.saturating_add(clamp(failed));
+        slot.ok = slot.ok.saturating_add(clamp(ok));
     }
 
     fn counts(&self, cfg: &BreakerConfig, now_ms: u64) -> (u32, u32) {
@@ -609,6 +637,44 @@ mod tests {
         fail(&mut b, &cfg, 100);
         assert_eq!(b.state(), BreakerState::Open);
         assert_eq!(b.ramp_from_ms, None);
+    }
+
+    #[test]
+    fn leases_only_while_closed_and_ramped_up() {
+        let (mut b, cfg) = tripped();
+        assert_eq!(b.lease_gate(&cfg, 400), Err(Refusal { code: RejectCode::BreakerOpen, retry_after_ms: 600 }));
+        assert_eq!(b.lease_gate(&cfg, 1_000).unwrap_err().code, RejectCode::HalfOpenProbeInFlight);
+        let ramped = BreakerConfig { ramp: vec![RampStep { pct: 50, ms: 2_000 }], ..cfg };
+        b.check(&ramped, 1_000, 0).unwrap();
+        b.begin_probe("p", 5_000);
+        b.record(&ramped, "p", &Outcome::Success, 1_200);
+        assert_eq!(b.lease_gate(&ramped, 1_500), Err(Refusal { code: RejectCode::Ramping, retry_after_ms: 1_700 }));
+        assert_eq!(b.lease_gate(&ramped, 3_200), Ok(()));
+    }
+
+    #[test]
+    fn batched_successes_reset_and_fill_the_window() {
+        let cfg = consecutive(3);
+        let mut b = Breaker::default();
+        fail(&mut b, &cfg, 0);
+        fail(&mut b, &cfg, 1);
+        b.record_successes(&cfg, 7, 2);
+        fail(&mut b, &cfg, 3);
+        fail(&mut b, &cfg, 4);
+        assert_eq!(b.state(), BreakerState::Closed, "the batch broke the run");
+
+        let rate = error_rate();
+        let mut r = Breaker::default();
+        r.record_successes(&rate, 6, 0);
+        for t in 1..=5 {
+            fail(&mut r, &rate, t);
+        }
+        assert_eq!(r.status(&rate, 5).window_ok, 6);
+        assert_eq!(r.state(), BreakerState::Closed, "5 of 11 is under 50%");
+        fail(&mut r, &rate, 6);
+        assert_eq!(r.state(), BreakerState::Open);
+        r.record_successes(&rate, 100, 7);
+        assert_eq!(r.status(&rate, 7).window_ok, 6, "ignored while open");
     }
 
     #[test]

@@ -1,12 +1,12 @@
-//! What the worker calls: one round trip to a deployment's limiter object.
+//! What the worker calls: one round trip to a deployment's limiter object per function.
 
 use worker::wasm_bindgen::JsValue;
 use worker::{Error, Method, ObjectNamespace, Request, RequestInit, Result, Stub};
 
 use crate::deployment::StatusReport;
 use crate::protocol::{
-    decode_response, encode_request, object_name, AdmitDecision, AdmitRequest, LimiterRequest, LimiterResponse,
-    ProtocolError, SettleReport, SettleRequest, OBJECT_URL,
+    decode_response, encode_request, object_name, AdmitDecision, AdmitRequest, LeaseDecision, LeaseRequest,
+    LimiterRequest, LimiterResponse, ProtocolError, ReportAck, SettleReport, SettleRequest, Tally, OBJECT_URL,
 };
 
 /// The stub of `deployment`'s limiter (same deployment id, same object).
@@ -33,6 +33,20 @@ pub async fn settle(stub: &Stub, req: SettleRequest) -> Result<SettleReport> {
     match call(stub, &LimiterRequest::Settle(req)).await? {
         LimiterResponse::Settle(r) => Ok(r),
         _ => Err(to_worker(ProtocolError::Mismatch { expected: "settle" })),
+    }
+}
+
+pub async fn lease(stub: &Stub, req: LeaseRequest) -> Result<LeaseDecision> {
+    match call(stub, &LimiterRequest::Lease(req)).await? {
+        LimiterResponse::Lease(d) => Ok(d),
+        _ => Err(to_worker(ProtocolError::Mismatch { expected: "lease" })),
+    }
+}
+
+pub async fn report(stub: &Stub, tally: Tally) -> Result<ReportAck> {
+    match call(stub, &LimiterRequest::Report(tally)).await? {
+        LimiterResponse::Report(a) => Ok(a),
+        _ => Err(to_worker(ProtocolError::Mismatch { expected: "report" })),
     }
 }
 

@@ -1,11 +1,9 @@
-//! One deployment's limiter: buckets, breaker, pause and reservations, changed only in whole
-//! steps (the Durable Object runs one step at a time, which is what makes admit atomic).
+//! One deployment's limiter: buckets, breaker, pause, reservations and leases, changed only in
+//! whole steps (the Durable Object runs one step at a time, which is what makes admit atomic).
 //!
-//! Leases (an isolate taking N requests + T tokens to admit against locally) are meant to fit
-//! here without a rewrite: a lease is [`LimiterState::reserve`] with `Amounts { requests: N,
-//! tokens: T, .. }` under the lease id, and its return is [`LimiterState::reconcile`] of what was
-//! taken against what was used, followed by `Ledger::finish`. What is not designed yet is how
-//! the breaker learns per-request outcomes in batch, so no Lease/Return messages exist.
+//! Leases (see [`crate::leases`] and `deployment/leasing.rs`) are slices taken from the buckets
+//! at grant time and kept in a ledger of their own; the breaker learns local outcomes in batch
+//! from each message's [`crate::protocol::Tally`].
 
 use std::collections::BTreeMap;
 
@@ -13,10 +11,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::breaker::{Breaker, BreakerState, BreakerStatus, Gate, Refusal};
 use crate::bucket::Bucket;
+use crate::leases::{Calls, LeaseCounts, LeaseStatus};
 use crate::limits::{Amounts, BucketKind, Limits};
 use crate::protocol::{
-    AdmitDecision, AdmitRequest, LimiterRequest, LimiterResponse, Outcome, RejectCode, Scope, SettleMatch,
-    SettleReport, SettleRequest, TokenUsage, UpstreamSignals,
+    AdmitDecision, AdmitRequest, LeaseDecision, LeaseGrant, LimiterRequest, LimiterResponse, Outcome, RejectCode,
+    Scope, SettleMatch, SettleReport, SettleRequest, TokenUsage, UpstreamSignals,
 };
 use crate::reservations::{Found, Ledger, Reservation};
 
@@ -69,6 +68,8 @@ pub struct StatusReport {
     pub pause: Option<Pause>,
     pub in_flight: u64,
     pub limits: Limits,
+    pub leases: LeaseStatus,
+    pub calls: Calls,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,6 +83,12 @@ pub struct LimiterState {
     pause: Option<Pause>,
     #[serde(default)]
     ledger: Ledger,
+    #[serde(default)]
+    leases: Ledger,
+    #[serde(default)]
+    lease_counts: LeaseCounts,
+    #[serde(default)]
+    calls: Calls,
 }
 
 impl Default for LimiterState {
@@ -99,6 +106,9 @@ impl LimiterState {
             breaker: Breaker::default(),
             pause: None,
             ledger: Ledger::default(),
+            leases: Ledger::default(),
+            lease_counts: LeaseCounts::default(),
+            calls: Calls::default(),
         };
         state.apply_limits(&limits, now_ms);
         state
@@ -116,12 +126,33 @@ impl LimiterState {
         &self.ledger
     }
 
+    pub fn leases(&self) -> &Ledger {
+        &self.leases
+    }
+
     /// Runs one request; the Durable Object calls this with the clock and a random draw.
     pub fn handle(&mut self, req: &LimiterRequest, now_ms: u64, rand: u64) -> LimiterResponse {
         match req {
-            LimiterRequest::Admit(a) => LimiterResponse::Admit(self.admit(a, now_ms, rand)),
-            LimiterRequest::Settle(s) => LimiterResponse::Settle(self.settle(s, now_ms)),
-            LimiterRequest::Status => LimiterResponse::Status(Box::new(self.status(now_ms))),
+            LimiterRequest::Admit(a) => {
+                self.calls.admit += 1;
+                LimiterResponse::Admit(self.admit(a, now_ms, rand))
+            }
+            LimiterRequest::Settle(s) => {
+                self.calls.settle += 1;
+                LimiterResponse::Settle(self.settle(s, now_ms))
+            }
+            LimiterRequest::Lease(l) => {
+                self.calls.lease += 1;
+                LimiterResponse::Lease(self.lease(l, now_ms))
+            }
+            LimiterRequest::Report(t) => {
+                self.calls.report += 1;
+                LimiterResponse::Report(self.report(t, now_ms))
+            }
+            LimiterRequest::Status => {
+                self.calls.status += 1;
+                LimiterResponse::Status(Box::new(self.status(now_ms)))
+            }
         }
     }
 
@@ -156,15 +187,26 @@ impl LimiterState {
         if let Some(r) = self.ledger.get(&req.id) {
             // A retried admit (lost answer): same answer, nothing taken twice.
             let (wait, probe) = (r.start_ms.saturating_sub(now_ms), r.probe);
-            return self.admitted(wait, probe, now_ms);
+            return self.admitted(wait, probe, None, now_ms);
         }
+        self.apply_tally(&req.tally, now_ms);
         let wanted = Amounts::request(req.estimate.input, req.estimate.output);
         let outcome = self
             .check_pause(now_ms)
             .and_then(|()| self.breaker.check(&self.limits.breaker, now_ms, rand))
             .and_then(|gate| self.reserve(&req.id, wanted, req.max_wait_ms, gate, now_ms).map(|w| (w, gate)));
         match outcome {
-            Ok((wait, gate)) => self.admitted(wait, gate == Gate::Probe, now_ms),
+            Ok((wait, gate)) => {
+                // A lease rides along only when this admission needed no place in line.
+                let lease = match &req.lease {
+                    Some(ask) if gate == Gate::Pass && wait == 0 => match self.grant_lease(&ask.id, ask.want, now_ms) {
+                        LeaseDecision::Granted(grant) => Some(grant),
+                        LeaseDecision::Refused { .. } => None,
+                    },
+                    _ => None,
+                };
+                self.admitted(wait, gate == Gate::Probe, lease, now_ms)
+            }
             Err(r) => {
                 AdmitDecision::Rejected { code: r.code, retry_after_ms: r.retry_after_ms, scope: Scope::Deployment }
             }
@@ -214,6 +256,7 @@ impl LimiterState {
     /// Reconciles usage, releases the slot, feeds the breaker and applies the vendor's signals.
     pub fn settle(&mut self, req: &SettleRequest, now_ms: u64) -> SettleReport {
         self.expire(now_ms);
+        self.apply_tally(&req.tally, now_ms);
         let matched = match self.ledger.finish(&req.id, now_ms) {
             Found::Settled => {
                 return SettleReport { reservation: SettleMatch::Duplicate, breaker: self.breaker.state() };
@@ -256,6 +299,7 @@ impl LimiterState {
             }
         }
         self.ledger.prune(now_ms, self.limits.reservation_ttl_ms);
+        self.expire_leases(now_ms);
         if self.pause.is_some_and(|p| p.until_ms <= now_ms) {
             self.pause = None;
         }
@@ -283,6 +327,12 @@ impl LimiterState {
             pause: self.pause,
             in_flight: self.ledger.in_flight() as u64,
             limits: self.limits.clone(),
+            leases: LeaseStatus {
+                live: self.leases.in_flight() as u64,
+                held: self.leased(),
+                counts: self.lease_counts,
+            },
+            calls: self.calls,
         }
     }
 
@@ -292,18 +342,18 @@ impl LimiterState {
         (self.breaker.phase_key(), self.pause)
     }
 
-    /// When a reservation next needs expiring, if any is outstanding.
+    /// When a reservation or lease next needs expiring, if any is outstanding.
     pub fn next_expiry(&self) -> Option<u64> {
-        self.ledger.earliest_expiry()
+        [self.ledger.earliest_expiry(), self.leases.earliest_expiry()].into_iter().flatten().min()
     }
 
     pub fn to_snapshot(&self) -> String {
         serde_json::to_string(self).expect("limiter state always serializes")
     }
 
-    /// The snapshot without reservations, for when the full one is too large to store.
+    /// The snapshot without reservations and leases, for when the full one is too large to store.
     pub fn to_snapshot_without_reservations(&self) -> String {
-        let slim = LimiterState { ledger: Ledger::default(), ..self.clone() };
+        let slim = LimiterState { ledger: Ledger::default(), leases: Ledger::default(), ..self.clone() };
         slim.to_snapshot()
     }
 
@@ -355,18 +405,21 @@ impl LimiterState {
         }
     }
 
-    fn admitted(&self, start_after_ms: u64, probe: bool, now_ms: u64) -> AdmitDecision {
+    fn admitted(&self, start_after_ms: u64, probe: bool, lease: Option<LeaseGrant>, now_ms: u64) -> AdmitDecision {
+        let (remaining_requests, remaining_tokens) = self.remaining(now_ms);
+        AdmitDecision::Admitted { start_after_ms, remaining_requests, remaining_tokens, probe, lease }
+    }
+
+    /// What the client may still send now: requests (RPM, RPD) and tokens (TPM).
+    fn remaining(&self, now_ms: u64) -> (Option<u64>, Option<u64>) {
         let left = |kinds: &[BucketKind]| {
             kinds.iter().filter_map(|k| self.buckets.get(k)).map(|b| b.available(now_ms).max(0) as u64).min()
         };
-        AdmitDecision::Admitted {
-            start_after_ms,
-            remaining_requests: left(&[BucketKind::Rpm, BucketKind::Rpd]),
-            remaining_tokens: left(&[BucketKind::Tpm]),
-            probe,
-        }
+        (left(&[BucketKind::Rpm, BucketKind::Rpd]), left(&[BucketKind::Tpm]))
     }
 }
+
+mod leasing;
 
 #[cfg(test)]
 mod tests;

@@ -131,7 +131,7 @@ impl BucketKind {
     }
 }
 
-/// What one reservation (or, later, one lease) holds in each kind of bucket.
+/// What one reservation (or one lease) holds in each kind of bucket.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Amounts {
     #[serde(rename = "rq")]
@@ -167,6 +167,63 @@ impl Amounts {
             BucketKind::OutputTpm => self.output = value,
         }
     }
+}
+
+/// Signed amounts handed back to the buckets: positive is a refund, negative a charge.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Delta {
+    #[serde(rename = "rq", skip_serializing_if = "is_zero")]
+    pub requests: i64,
+    #[serde(rename = "tk", skip_serializing_if = "is_zero")]
+    pub tokens: i64,
+    #[serde(rename = "in", skip_serializing_if = "is_zero")]
+    pub input: i64,
+    #[serde(rename = "out", skip_serializing_if = "is_zero")]
+    pub output: i64,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
+}
+
+impl Delta {
+    /// What is left of `held` after `spent`.
+    pub fn between(held: Amounts, spent: Amounts) -> Self {
+        let diff = |a: u64, b: u64| signed(a).saturating_sub(signed(b));
+        Delta {
+            requests: diff(held.requests, spent.requests),
+            tokens: diff(held.tokens, spent.tokens),
+            input: diff(held.input, spent.input),
+            output: diff(held.output, spent.output),
+        }
+    }
+
+    pub fn get(&self, kind: BucketKind) -> i64 {
+        match kind {
+            BucketKind::Rpm | BucketKind::Rpd => self.requests,
+            BucketKind::Tpm => self.tokens,
+            BucketKind::InputTpm => self.input,
+            BucketKind::OutputTpm => self.output,
+        }
+    }
+
+    pub fn plus(self, other: Delta) -> Self {
+        Delta {
+            requests: self.requests.saturating_add(other.requests),
+            tokens: self.tokens.saturating_add(other.tokens),
+            input: self.input.saturating_add(other.input),
+            output: self.output.saturating_add(other.output),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        *self == Delta::default()
+    }
+}
+
+fn signed(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 #[cfg(test)]
@@ -208,6 +265,20 @@ mod tests {
         limits.breaker.trip = Trip::ErrorRate { window_ms: 0, min_samples: 0, threshold_pct: 101 };
         limits.breaker.ramp = vec![RampStep { pct: 0, ms: 1 }];
         assert_eq!(limits.problems().len(), 4);
+    }
+
+    #[test]
+    fn deltas_are_signed_differences() {
+        let left = Delta::between(Amounts::request(100, 20), Amounts::request(150, 5));
+        assert_eq!(left, Delta { requests: 0, tokens: -35, input: -50, output: 15 });
+        assert_eq!(left.get(BucketKind::Rpd), 0);
+        assert_eq!(left.get(BucketKind::InputTpm), -50);
+        let sum = left.plus(Delta { requests: 2, tokens: 35, ..Delta::default() });
+        assert_eq!(sum, Delta { requests: 2, tokens: 0, input: -50, output: 15 });
+        assert!(Delta::default().is_empty() && !sum.is_empty());
+        assert_eq!(serde_json::to_string(&sum).unwrap(), r#"{"rq":2,"in":-50,"out":15}"#);
+        let huge = Delta::between(Amounts { requests: u64::MAX, ..Amounts::default() }, Amounts::default());
+        assert_eq!(huge.requests, i64::MAX);
     }
 
     #[test]

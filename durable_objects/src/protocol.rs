@@ -2,6 +2,10 @@
 //!
 //! The worker POSTs one [`LimiterRequest`] to [`OBJECT_URL`] on the stub named by
 //! [`object_name`] and reads back one [`LimiterResponse`]; `GET` answers the status.
+//!
+//! Leases (see [`crate::leases`]): `lease` takes a slice of the buckets for an isolate to admit
+//! against locally, `report` hands back what it did not use; an admit may ask for a lease in the
+//! same round trip, and every request may carry the isolate's [`Tally`] of local outcomes.
 
 use std::fmt;
 
@@ -9,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::breaker::BreakerState;
 use crate::deployment::StatusReport;
-use crate::limits::Limits;
+use crate::limits::{Amounts, Delta, Limits};
 
 /// Durable Objects ignore the host; the path is kept for logs and future routing.
 pub const OBJECT_URL: &str = "https://limiter.internal/v1";
@@ -24,6 +28,9 @@ pub fn object_name(deployment: &str) -> String {
 pub enum LimiterRequest {
     Admit(AdmitRequest),
     Settle(SettleRequest),
+    Lease(LeaseRequest),
+    /// Hands back expired or drained leases and local outcomes, asking for nothing.
+    Report(Tally),
     Status,
 }
 
@@ -32,6 +39,8 @@ pub enum LimiterRequest {
 pub enum LimiterResponse {
     Admit(AdmitDecision),
     Settle(SettleReport),
+    Lease(LeaseDecision),
+    Report(ReportAck),
     Status(Box<StatusReport>),
     Error { message: String },
 }
@@ -49,6 +58,11 @@ pub struct AdmitRequest {
     /// How long the caller is willing to sleep for bucket capacity; 0 means not at all.
     #[serde(default)]
     pub max_wait_ms: u64,
+    /// Also take a lease in this round trip (granted only if this admission needs no wait).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<LeaseAsk>,
+    #[serde(default, skip_serializing_if = "Tally::is_empty")]
+    pub tally: Tally,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -60,6 +74,89 @@ pub struct SettleRequest {
     pub usage: Option<TokenUsage>,
     #[serde(default, skip_serializing_if = "UpstreamSignals::is_empty")]
     pub signals: UpstreamSignals,
+    /// Applied before this outcome, so the isolate's earlier local successes come first.
+    #[serde(default, skip_serializing_if = "Tally::is_empty")]
+    pub tally: Tally,
+}
+
+/// A lease wanted: `id` is chosen by the isolate, unique per lease.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseAsk {
+    pub id: String,
+    /// What the isolate expects to need before the lease expires; the object may grant less.
+    pub want: Amounts,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseRequest {
+    pub id: String,
+    pub want: Amounts,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<Limits>,
+    #[serde(default, skip_serializing_if = "Tally::is_empty")]
+    pub tally: Tally,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseGrant {
+    /// Taken from the buckets: the isolate may admit against it until `ttl_ms` from now.
+    pub grant: Amounts,
+    pub ttl_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remaining_requests: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remaining_tokens: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "decision", rename_all = "snake_case")]
+pub enum LeaseDecision {
+    Granted(LeaseGrant),
+    /// Nothing taken: a health code (breaker, ramp, pause) means admit through the object only.
+    Refused {
+        code: RejectCode,
+        retry_after_ms: u64,
+    },
+}
+
+/// A lease handed back: `unused` is what it still held (negative tokens: used beyond it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseReturn {
+    pub id: String,
+    #[serde(default)]
+    pub unused: Delta,
+}
+
+/// What an isolate did locally since it last spoke to the object.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Tally {
+    /// Locally admitted requests that succeeded (the breaker learns them in a batch).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub successes: u64,
+    /// Token corrections of requests settled after their lease was handed back.
+    #[serde(skip_serializing_if = "Delta::is_empty")]
+    pub adjust: Delta,
+    /// The latest vendor rate-limit headers seen on a local success (resets relative to now).
+    #[serde(skip_serializing_if = "UpstreamSignals::is_empty")]
+    pub signals: UpstreamSignals,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub returns: Vec<LeaseReturn>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl Tally {
+    pub fn is_empty(&self) -> bool {
+        *self == Tally::default()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReportAck {
+    pub breaker: BreakerState,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -121,6 +218,9 @@ pub enum AdmitDecision {
         /// This attempt is the half-open probe: its outcome opens or closes the breaker.
         #[serde(default)]
         probe: bool,
+        /// The lease asked for alongside, if one was granted.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lease: Option<LeaseGrant>,
     },
     Rejected {
         code: RejectCode,
@@ -264,6 +364,13 @@ pub fn decode_settle(body: &str) -> Result<SettleReport, ProtocolError> {
     }
 }
 
+pub fn decode_lease(body: &str) -> Result<LeaseDecision, ProtocolError> {
+    match decode_response(body)? {
+        LimiterResponse::Lease(d) => Ok(d),
+        _ => Err(ProtocolError::Mismatch { expected: "lease" }),
+    }
+}
+
 pub fn decode_status(body: &str) -> Result<StatusReport, ProtocolError> {
     match decode_response(body)? {
         LimiterResponse::Status(s) => Ok(*s),
@@ -287,6 +394,8 @@ mod tests {
             limits: Some(Limits { rpm: Some(10), ..Limits::default() }),
             estimate: TokenUsage { input: 120, output: 256 },
             max_wait_ms: 500,
+            lease: None,
+            tally: Tally::default(),
         });
         let v: serde_json::Value = serde_json::from_str(&encode_request(&req)).unwrap();
         assert_eq!(v["op"], "admit");
@@ -302,7 +411,9 @@ mod tests {
                 id: "r2".into(),
                 limits: None,
                 estimate: TokenUsage::default(),
-                max_wait_ms: 0
+                max_wait_ms: 0,
+                lease: None,
+                tally: Tally::default(),
             })
         );
     }
@@ -331,6 +442,7 @@ mod tests {
             remaining_requests: Some(9),
             remaining_tokens: None,
             probe: false,
+            lease: None,
         });
         let text = encode_response(&admitted);
         assert_eq!(
@@ -383,6 +495,76 @@ mod tests {
         let err = encode_response(&LimiterResponse::Error { message: "bad".into() });
         assert_eq!(decode_settle(&err), Err(ProtocolError::Remote("bad".into())));
         assert!(matches!(decode_response("{"), Err(ProtocolError::Malformed(_))));
+    }
+
+    #[test]
+    fn lease_wire_format() {
+        let want = Amounts { requests: 20, tokens: 4_000, input: 0, output: 0 };
+        let req = LimiterRequest::Lease(LeaseRequest { id: "i.1".into(), want, limits: None, tally: Tally::default() });
+        let text = encode_request(&req);
+        assert_eq!(text, r#"{"op":"lease","id":"i.1","want":{"rq":20,"tk":4000,"in":0,"out":0}}"#);
+        assert_eq!(decode_request(&text).unwrap(), req);
+
+        let granted = LimiterResponse::Lease(LeaseDecision::Granted(LeaseGrant {
+            grant: want,
+            ttl_ms: 3_000,
+            remaining_requests: Some(7),
+            remaining_tokens: None,
+        }));
+        let text = encode_response(&granted);
+        assert_eq!(
+            text,
+            r#"{"op":"lease","decision":"granted","grant":{"rq":20,"tk":4000,"in":0,"out":0},"ttl_ms":3000,"remaining_requests":7}"#
+        );
+        assert_eq!(
+            decode_lease(&text).unwrap(),
+            LeaseDecision::Granted(LeaseGrant { remaining_requests: Some(7), ..lease_grant(want) })
+        );
+        let refused = r#"{"op":"lease","decision":"refused","code":"paused","retry_after_ms":900}"#;
+        assert_eq!(
+            decode_lease(refused).unwrap(),
+            LeaseDecision::Refused { code: RejectCode::Paused, retry_after_ms: 900 }
+        );
+    }
+
+    fn lease_grant(grant: Amounts) -> LeaseGrant {
+        LeaseGrant { grant, ttl_ms: 3_000, remaining_requests: None, remaining_tokens: None }
+    }
+
+    #[test]
+    fn tallies_ride_along_and_are_left_out_when_empty() {
+        let tally = Tally {
+            successes: 12,
+            adjust: Delta { tokens: -40, ..Delta::default() },
+            signals: UpstreamSignals { remaining_tokens: Some(900), ..UpstreamSignals::default() },
+            returns: vec![LeaseReturn {
+                id: "i.0".into(),
+                unused: Delta { requests: 3, tokens: 250, ..Delta::default() },
+            }],
+        };
+        let v: serde_json::Value = serde_json::to_value(LimiterRequest::Report(tally.clone())).unwrap();
+        assert_eq!(
+            v,
+            json!({"op":"report","successes":12,"adjust":{"tk":-40},"signals":{"remaining_tokens":900},
+                   "returns":[{"id":"i.0","unused":{"rq":3,"tk":250}}]})
+        );
+        assert_eq!(decode_request(&v.to_string()).unwrap(), LimiterRequest::Report(tally.clone()));
+        let settle = decode_request(r#"{"op":"settle","id":"r","outcome":{"kind":"failure"},"tally":{"successes":2}}"#);
+        let LimiterRequest::Settle(s) = settle.unwrap() else { panic!("not a settle") };
+        assert_eq!(s.tally.successes, 2);
+        let admit = LimiterRequest::Admit(AdmitRequest {
+            id: "r".into(),
+            limits: None,
+            estimate: TokenUsage::default(),
+            max_wait_ms: 0,
+            lease: Some(LeaseAsk { id: "i.2".into(), want: Amounts::default() }),
+            tally: Tally::default(),
+        });
+        let v: serde_json::Value = serde_json::from_str(&encode_request(&admit)).unwrap();
+        assert!(v.get("tally").is_none(), "an empty tally is left out: {v}");
+        assert_eq!(v["lease"]["id"], "i.2");
+        let ack = encode_response(&LimiterResponse::Report(ReportAck { breaker: BreakerState::Open }));
+        assert_eq!(ack, r#"{"op":"report","breaker":"open"}"#);
     }
 
     #[test]

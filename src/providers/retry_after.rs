@@ -16,29 +16,7 @@ pub fn parse_retry_after(value: &str, now_ms: Option<u64>) -> Option<u64> {
 pub fn hint_in_message(message: &str) -> Option<u64> {
     const NEEDLE: &str = "try again in ";
     let at = message.to_ascii_lowercase().find(NEEDLE)? + NEEDLE.len();
-    let mut rest = &message[at..];
-    let mut total = 0.0;
-    let mut any = false;
-    loop {
-        let num_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
-        let Ok(n) = rest[..num_len].parse::<f64>() else { break };
-        let unit_part = &rest[num_len..];
-        let (unit_ms, unit_len) = if unit_part.starts_with("ms") {
-            (1.0, 2)
-        } else if unit_part.starts_with('s') {
-            (1000.0, 1)
-        } else if unit_part.starts_with('m') {
-            (60_000.0, 1)
-        } else if unit_part.starts_with('h') {
-            (3_600_000.0, 1)
-        } else {
-            break;
-        };
-        total += n * unit_ms;
-        any = true;
-        rest = &unit_part[unit_len..];
-    }
-    any.then(|| total.ceil() as u64)
+    crate::rate_headers::duration_prefix(&message[at..]).map(|(ms, _)| ms)
 }
 
 /// Unix milliseconds of an IMF-fixdate, the one date format HTTP senders must generate.

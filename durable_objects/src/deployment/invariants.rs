@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use super::*;
 use crate::breaker::{BreakerConfig, RampStep, Trip};
 use crate::limits::{DAY_MS, MINUTE_MS};
+use crate::protocol::Tally;
 use crate::rng::XorShift;
 
 const T0: u64 = 19_000 * DAY_MS + 3_600_000;
@@ -76,6 +77,8 @@ fn run(seed: u64, seen: &mut Seen) -> Vec<u64> {
                     limits: None,
                     estimate: TokenUsage { input: rng.below(600), output: rng.below(400) },
                     max_wait_ms,
+                    lease: None,
+                    tally: Tally::default(),
                 };
                 let mut before = s.clone();
                 let before_status = before.status(now);
@@ -98,8 +101,13 @@ fn run(seed: u64, seen: &mut Seen) -> Vec<u64> {
             6..=8 if !open.is_empty() => {
                 let id = open.swap_remove(rng.below(open.len() as u64) as usize);
                 let usage = (rng.below(3) > 0).then(|| TokenUsage { input: rng.below(800), output: rng.below(500) });
-                let req =
-                    SettleRequest { id, outcome: random_outcome(&mut rng), usage, signals: random_signals(&mut rng) };
+                let req = SettleRequest {
+                    id,
+                    outcome: random_outcome(&mut rng),
+                    usage,
+                    signals: random_signals(&mut rng),
+                    tally: Tally::default(),
+                };
                 s.settle(&req, now);
                 assert_eq!(s.settle(&req, now).reservation, SettleMatch::Duplicate);
             }
@@ -109,6 +117,7 @@ fn run(seed: u64, seen: &mut Seen) -> Vec<u64> {
                     outcome: random_outcome(&mut rng),
                     usage: None,
                     signals: random_signals(&mut rng),
+                    tally: Tally::default(),
                 };
                 assert_eq!(s.settle(&req, now).reservation, SettleMatch::Unknown);
             }

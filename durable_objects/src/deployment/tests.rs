@@ -1,6 +1,7 @@
 use super::*;
 use crate::breaker::{BreakerConfig, RampStep, Trip};
 use crate::limits::DAY_MS;
+use crate::protocol::Tally;
 
 /// 01:00 UTC on some day, so "midnight" is 23 hours away.
 const T0: u64 = 19_000 * DAY_MS + 3_600_000;
@@ -19,7 +20,14 @@ fn limiter(limits: Limits) -> LimiterState {
 }
 
 fn ask(id: &str, input: u64, output: u64, max_wait_ms: u64) -> AdmitRequest {
-    AdmitRequest { id: id.into(), limits: None, estimate: TokenUsage { input, output }, max_wait_ms }
+    AdmitRequest {
+        id: id.into(),
+        limits: None,
+        estimate: TokenUsage { input, output },
+        max_wait_ms,
+        lease: None,
+        tally: Tally::default(),
+    }
 }
 
 fn admit(s: &mut LimiterState, id: &str, input: u64, output: u64, now: u64) -> AdmitDecision {
@@ -27,7 +35,7 @@ fn admit(s: &mut LimiterState, id: &str, input: u64, output: u64, now: u64) -> A
 }
 
 fn done(id: &str, outcome: Outcome) -> SettleRequest {
-    SettleRequest { id: id.into(), outcome, usage: None, signals: UpstreamSignals::default() }
+    SettleRequest { id: id.into(), outcome, usage: None, signals: UpstreamSignals::default(), tally: Tally::default() }
 }
 
 fn used(id: &str, input: u64, output: u64) -> SettleRequest {
@@ -82,7 +90,8 @@ fn admitted_answer_carries_remaining_counts() {
             start_after_ms: 0,
             remaining_requests: Some(59),
             remaining_tokens: Some(5_850),
-            probe: false
+            probe: false,
+            lease: None
         }
     );
     assert_eq!(s.in_flight(), 1);
@@ -94,7 +103,13 @@ fn no_limits_admit_everything() {
     let d = admit(&mut s, "a", 1_000_000, 1_000_000, T0);
     assert_eq!(
         d,
-        AdmitDecision::Admitted { start_after_ms: 0, remaining_requests: None, remaining_tokens: None, probe: false }
+        AdmitDecision::Admitted {
+            start_after_ms: 0,
+            remaining_requests: None,
+            remaining_tokens: None,
+            probe: false,
+            lease: None
+        }
     );
 }
 
@@ -220,7 +235,8 @@ fn requests_per_day_reset_at_utc_midnight() {
             start_after_ms: 0,
             remaining_requests: Some(0),
             remaining_tokens: Some(6_000),
-            probe: false
+            probe: false,
+            lease: None
         }
     );
 }

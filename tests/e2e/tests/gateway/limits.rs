@@ -1,6 +1,6 @@
 //! The per-deployment limiter under real concurrency: exact RPM/TPM, breaker, vendor 429 pauses.
 
-use e2e::client::{post, post_with};
+use e2e::client::{post, post_with, request};
 use e2e::{stack, KEY};
 use serde_json::json;
 use std::time::{Duration, Instant};
@@ -111,4 +111,41 @@ fn vendor_retry_after_is_a_floor_for_the_retry() {
     assert!(started.elapsed() >= Duration::from_millis(1000), "retried before Retry-After: {:?}", started.elapsed());
     assert_eq!(r.header("x-gateway-attempts"), Some("2"));
     assert_eq!(s.mock_calls("e2e-429-retried"), 2);
+}
+
+/// The limiter object's own report for a deployment (`GET /admin/status`).
+fn limiter_status(deployment: &str) -> serde_json::Value {
+    let reply = request("GET", &stack().url("/admin/status"), Some("dev-admin-token"), None);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    reply.json()["deployments"][deployment]["limiter"].clone()
+}
+
+/// Round trips that admit, settle, lease or report (status reads are not counted).
+fn round_trips(limiter: &serde_json::Value) -> u64 {
+    ["admit", "settle", "lease", "report"].iter().map(|op| limiter["calls"][op].as_u64().unwrap_or(0)).sum()
+}
+
+#[test]
+fn a_burst_to_a_roomy_deployment_admits_locally_against_leases() {
+    let s = stack();
+    let before = round_trips(&limiter_status("oa-leased"));
+    let n = 200u64;
+    let started = Instant::now();
+    for i in 0..n {
+        let r = post(&s.url("/v1/chat/completions"), KEY, &hello("leased"));
+        assert_eq!(r.status, 200, "request {i}: {}", r.body);
+        assert!(r.header("x-ratelimit-remaining-requests").is_some(), "request {i} tells what is left");
+    }
+    let elapsed = started.elapsed();
+    let during = round_trips(&limiter_status("oa-leased")) - before;
+    // The leases' watchers hand back what is left when they expire (3 s): count those too.
+    std::thread::sleep(Duration::from_millis(3_500));
+    let after = limiter_status("oa-leased");
+    let trips = round_trips(&after) - before;
+    eprintln!("{n} requests in {elapsed:?}: {during} limiter round trips, {trips} with the hand-backs; {after}");
+    assert_eq!(s.mock_calls("e2e-leased"), n);
+    assert!(trips * 10 <= n, "{trips} round trips for {n} requests: {after}");
+    assert!(after["leases"]["granted"].as_u64().is_some_and(|g| g >= 1), "{after}");
+    assert_eq!(after["leases"]["live"], 0, "every lease was handed back: {after}");
+    assert_eq!(after["leases"]["held"]["rq"], 0, "{after}");
 }
