@@ -17,7 +17,7 @@ use crate::retry::{self, retry_budget};
 use crate::routes::Deployment;
 use crate::selection::{self, Gate, Needs};
 use crate::upstream::{self, AbortHandle, UpstreamResponse};
-use crate::{config_store, http_io};
+use crate::{budget, config_store, http_io};
 use futures::channel::oneshot;
 use limiter::protocol::{TokenUsage, UpstreamSignals};
 use worker::{ByteStream, Context, Env, Response};
@@ -47,6 +47,7 @@ pub async fn completions(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Con
     let stream = chat.is_stream();
     let mut outcome = RequestOutcome::new(&rc, &logical, stream);
     outcome.describe(&chat);
+    let soft_budget = budget::admit(env, ctx, &rc, &mut outcome, &chain, deadline).await?;
     let mut log = DecisionLog::new(&rc.request_id, &logical);
     let mut last_error: Option<UpstreamError> = None;
     let mut refusal: Option<Refusal> = None;
@@ -102,14 +103,15 @@ pub async fn completions(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Con
             }
             let call = providers::build_chat(deployment, &chat, &credential, deployment.quirks.stream_options)?;
             let reservation = format!("{}:{attempts_made}:{id}", rc.request_id);
-            let admission = match admission::admit(env, id, deployment, reservation, estimate, rc.max_wait_ms).await {
-                Admit::Admitted(a) => a,
-                Admit::Refused { code, retry_after_ms } => {
-                    log.refused(id, code.as_str(), retry_after_ms);
-                    Refusal::keep_soonest(&mut refusal, id, code, retry_after_ms);
-                    continue;
-                }
-            };
+            let admission =
+                match admission::admit(env, ctx, id, deployment, reservation, estimate, rc.max_wait_ms).await {
+                    Admit::Admitted(a) => a,
+                    Admit::Refused { code, retry_after_ms } => {
+                        log.refused(id, code.as_str(), retry_after_ms);
+                        Refusal::keep_soonest(&mut refusal, id, code, retry_after_ms);
+                        continue;
+                    }
+                };
             let remaining = (admission.remaining_requests, admission.remaining_tokens);
             let attempt_started = now_ms();
             if attempt_started >= deadline {
@@ -166,6 +168,7 @@ pub async fn completions(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Con
                     let _ = headers.set("x-gateway-cache", &cache.miss_label());
                     let mut response = with_route_headers(response, &rc, id, deployment, attempts);
                     set_remaining(&mut response, remaining);
+                    budget::mark(&mut response, soft_budget);
                     return Ok(response);
                 }
                 Err(err) => {

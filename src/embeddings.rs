@@ -10,7 +10,7 @@ use crate::providers::{self, UpstreamError};
 use crate::request_context::RequestContext;
 use crate::upstream;
 use crate::usage_event::RequestShape;
-use crate::{config_store, estimate, http_io};
+use crate::{budget, config_store, estimate, http_io};
 use limiter::protocol::{TokenUsage, UpstreamSignals};
 use serde_json::Value;
 use worker::{Context, Env, Response};
@@ -66,6 +66,8 @@ pub async fn create(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context)
     }
     let mut outcome = RequestOutcome::new(&rc, &model, false);
     outcome.shape = Some(RequestShape { text_chars: chars, messages: 0, max_output: Some(0) });
+    let deadline = rc.started_ms + budget::DEFAULT_DEADLINE_MS;
+    let soft_budget = budget::admit(env, ctx, &rc, &mut outcome, &chain, deadline).await?;
     let mut last_error: Option<UpstreamError> = None;
     let mut refusal: Option<Refusal> = None;
     let mut unsupported: Option<ApiError> = None;
@@ -81,16 +83,23 @@ pub async fn create(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context)
             Err(e) => return Err(e),
         };
         let estimate = estimate::estimate(chars, 0, Some(0), None);
-        let admission =
-            match admission::admit(env, id, deployment, format!("{}:{n}", rc.request_id), estimate, rc.max_wait_ms)
-                .await
-            {
-                Admit::Admitted(a) => a,
-                Admit::Refused { code, retry_after_ms } => {
-                    Refusal::keep_soonest(&mut refusal, id, code, retry_after_ms);
-                    continue;
-                }
-            };
+        let admission = match admission::admit(
+            env,
+            ctx,
+            id,
+            deployment,
+            format!("{}:{n}", rc.request_id),
+            estimate,
+            rc.max_wait_ms,
+        )
+        .await
+        {
+            Admit::Admitted(a) => a,
+            Admit::Refused { code, retry_after_ms } => {
+                Refusal::keep_soonest(&mut refusal, id, code, retry_after_ms);
+                continue;
+            }
+        };
         let remaining = (admission.remaining_requests, admission.remaining_tokens);
         let started = now_ms();
         let attempts = outcome.attempts.len() + 1;
@@ -125,6 +134,7 @@ pub async fn create(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context)
                 let mut response =
                     with_route_headers(http_io::json_response(200, text.into_bytes())?, &rc, id, deployment, attempts);
                 set_remaining(&mut response, remaining);
+                budget::mark(&mut response, soft_budget);
                 return Ok(response);
             }
             Err((err, usage, signals)) => {

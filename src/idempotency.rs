@@ -105,7 +105,8 @@ pub enum Settle {
 /// stream that broke after its first byte (it was billed); transient refusals and 5xx are not.
 pub fn settle_for(status: u16) -> Settle {
     match status {
-        408 | 409 | 425 | 429 => Settle::Abandon,
+        // 402 (budget) may clear when the budget is raised: a retry must be allowed to run.
+        402 | 408 | 409 | 425 | 429 => Settle::Abandon,
         200..=499 => Settle::Complete,
         _ => Settle::Abandon,
     }

@@ -8,6 +8,7 @@ pub mod admin;
 pub mod admission;
 pub mod api_error;
 pub mod attempt;
+pub mod budget;
 pub mod cache_key;
 pub mod cache_policy;
 pub mod canonical;
@@ -22,6 +23,8 @@ pub mod http_io;
 pub mod idempotency;
 pub mod idempotency_gate;
 pub mod keys;
+pub mod lease_cache;
+pub mod log;
 pub mod outcome;
 pub mod pricing;
 pub mod providers;
@@ -38,6 +41,7 @@ pub mod usage;
 pub mod usage_event;
 pub mod usage_queue;
 
+pub use limiter::budget::TenantBudget;
 pub use limiter::idempotency::IdempotencyStore;
 pub use limiter::DeploymentLimiter;
 

@@ -2,6 +2,7 @@
 //! as one usage event on the usage queue.
 
 use crate::api_error::ApiError;
+use crate::budget::{self, BudgetClaim};
 use crate::canonical::ChatRequest;
 use crate::config_store;
 use crate::providers::UpstreamError;
@@ -100,6 +101,8 @@ pub struct RequestOutcome {
     pub shape: Option<RequestShape>,
     pub finished_ms: Option<u64>,
     pub cache_hit: Option<CacheHit>,
+    /// The tenant budget's reservation for this request, settled with the actual cost at the end.
+    pub budget: Option<BudgetClaim>,
 }
 
 impl RequestOutcome {
@@ -120,6 +123,7 @@ impl RequestOutcome {
             shape: None,
             finished_ms: None,
             cache_hit: None,
+            budget: None,
         }
     }
 
@@ -178,7 +182,12 @@ impl RequestOutcome {
             }
         }
         let prices = usage_queue::price_table(env, now).await;
-        let event = UsageEvent::build(&self, prices.as_deref(), self.finished_ms.unwrap_or(now));
+        let mut event = UsageEvent::build(&self, prices.as_deref(), self.finished_ms.unwrap_or(now));
+        if let Some(claim) = &self.budget {
+            // An unknown cost (no price) keeps the reservation charged rather than nothing.
+            let spent = budget::settle(env, claim, event.cost_micro_usd.unwrap_or(claim.reserved_micro_usd)).await;
+            event.budget_soft_exceeded = claim.soft_exceeded_after(spent);
+        }
         usage_queue::send(env, &event).await;
     }
 }

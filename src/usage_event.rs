@@ -137,6 +137,10 @@ pub struct UsageEvent {
     /// For a cache hit: the tokens and cost the original request was billed, which this one saved.
     pub avoided_tokens: u64,
     pub avoided_cost_micro_usd: Option<u64>,
+    /// Admitted while the tenant's settled spend was past its budget's soft limit, or this
+    /// request's own cost took it past (see docs/budgets.md).
+    #[serde(default)]
+    pub budget_soft_exceeded: bool,
     pub attempts: Vec<AttemptEvent>,
 }
 
@@ -310,6 +314,7 @@ impl UsageEvent {
             price_missing,
             avoided_tokens,
             avoided_cost_micro_usd,
+            budget_soft_exceeded: o.budget.as_ref().is_some_and(|b| b.soft_exceeded),
             attempts,
         }
     }
@@ -372,6 +377,7 @@ mod tests {
             shape: Some(RequestShape { text_chars: 40, messages: 2, max_output: Some(100) }),
             finished_ms: None,
             cache_hit: None,
+            budget: None,
         }
     }
 
@@ -576,6 +582,26 @@ mod tests {
         );
         let miss = UsageEvent::build(&outcome(vec![attempt("oa", "gpt-4o-mini", Some(usage(1, 1)), true)]), None, T0);
         assert_eq!((miss.cache_hit, miss.avoided_tokens, miss.avoided_cost_micro_usd), (false, 0, Some(0)));
+    }
+
+    #[test]
+    fn budget_soft_flag_comes_from_the_claim() {
+        let mut o = outcome(vec![attempt("oa", "gpt-4o-mini", Some(usage(1, 1)), true)]);
+        assert!(!UsageEvent::build(&o, None, T0).budget_soft_exceeded);
+        o.budget = Some(crate::budget::BudgetClaim {
+            object: "budget:acme:2026-01".into(),
+            id: "req_1".into(),
+            reserved_micro_usd: 27,
+            held: true,
+            soft_micro_usd: Some(5),
+            soft_exceeded: true,
+        });
+        let e = UsageEvent::build(&o, None, T0);
+        assert!(e.budget_soft_exceeded);
+        let mut v = serde_json::to_value(&e).unwrap();
+        assert_eq!(v["budget_soft_exceeded"], true);
+        v.as_object_mut().unwrap().remove("budget_soft_exceeded");
+        assert!(!serde_json::from_value::<UsageEvent>(v).unwrap().budget_soft_exceeded, "older lines read as false");
     }
 
     #[test]

@@ -1,11 +1,14 @@
 //! Per-deployment limiter: token buckets, circuit breaker and reservations as pure state
-//! machines (time and randomness passed in), plus the `DeploymentLimiter` Durable Object shell.
+//! machines (time and randomness passed in), leases for isolates to admit locally, plus the
+//! `DeploymentLimiter` Durable Object shell.
 
 pub mod breaker;
 pub mod bucket;
+pub mod budget;
 pub mod client;
 pub mod deployment;
 pub mod idempotency;
+pub mod leases;
 pub mod limits;
 pub mod protocol;
 pub mod reservations;

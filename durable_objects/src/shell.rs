@@ -5,11 +5,12 @@
 //! within [`WRITE_BEHIND_MS`]; the alarm writes the snapshot, expires reservations and re-arms
 //! while any are outstanding. Breaker transitions, the probe slot and pauses are written before
 //! answering.
-//! What a crash can cost: the bucket deductions, refunds and reservations of the last ~1 s.
-//! After a restart the buckets look that much fuller (a brief over-admission, which the vendor's
-//! own limits and Retry-After then correct) and settles of the forgotten reservations arrive as
-//! `unknown` (outcome and signals applied, usage not reconciled). Breaker state is never lost
-//! unless the immediate write itself fails.
+//! What a crash can cost: the bucket deductions, refunds, reservations and lease grants of the
+//! last ~1 s. After a restart the buckets look that much fuller (a brief over-admission, which
+//! the vendor's own limits and Retry-After then correct), settles of the forgotten reservations
+//! arrive as `unknown` (outcome and signals applied, usage not reconciled), and returns of the
+//! forgotten leases are charged but never refunded. Breaker state is never lost unless the
+//! immediate write itself fails.
 
 use std::cell::{Cell, RefCell};
 

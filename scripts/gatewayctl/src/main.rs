@@ -1,6 +1,7 @@
-//! `gatewayctl`: the admin side of the gateway's KV (route table, virtual keys, prices).
+//! `gatewayctl`: the admin side of the gateway's KV (route table, virtual keys, prices, budgets).
 //! Every write goes through `wrangler kv`, after validation.
 
+mod budgets;
 mod prices;
 
 use edge_gateway::keys::{kv_name, KeyRecord};
@@ -14,7 +15,9 @@ const USAGE: &str = "usage:
   gatewayctl keys revoke KEY [--local] [--persist-to DIR]
   gatewayctl keys list [--local] [--persist-to DIR]
   gatewayctl prices validate FILE
-  gatewayctl prices put FILE [--local] [--persist-to DIR] [--force]";
+  gatewayctl prices put FILE [--local] [--persist-to DIR] [--force]
+  gatewayctl budgets validate FILE
+  gatewayctl budgets put FILE [--local] [--persist-to DIR]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -30,6 +33,8 @@ fn main() -> ExitCode {
         ["keys", "list", rest @ ..] => list_keys(rest),
         ["prices", "validate", file, ..] => prices::check(file),
         ["prices", "put", file, rest @ ..] => prices::put(file, rest),
+        ["budgets", "validate", file, ..] => budgets::check(file),
+        ["budgets", "put", file, rest @ ..] => budgets::put(file, rest),
         _ => Err(USAGE.to_string()),
     };
     match result {

@@ -17,6 +17,11 @@ pub const KEY_EXPIRED: &str = "gk_e2e_expired_0004";
 pub const KEY_LIMITED_MODELS: &str = "gk_e2e_only_claude_0005";
 /// Only the usage test uses this tenant, so its events can be counted exactly.
 pub const KEY_USAGE: &str = "gk_e2e_usage_0006";
+/// Only the budget test uses this tenant: its monthly budget is small enough to run out.
+pub const KEY_BUDGET: &str = "gk_e2e_budget_0007";
+pub const BUDGET_TENANT: &str = "tenant-budget";
+pub const BUDGET_SOFT_MICRO_USD: u64 = 50;
+pub const BUDGET_HARD_MICRO_USD: u64 = 600;
 
 pub struct Stack {
     pub gateway: String,
@@ -119,6 +124,9 @@ fn start() -> Stack {
         key_entry(KEY_LIMITED_MODELS, serde_json::json!({"tenant": "tenant-a", "app": "e2e", "models": ["claude-sonnet"]})),
         key_entry(KEY_USAGE, serde_json::json!({"tenant": "tenant-usage", "app": "usage-e2e", "env": "test"})),
         {"key": "prices", "value": std::fs::read_to_string(root.join("tests/e2e/fixtures/prices.json")).expect("prices fixture")},
+        key_entry(KEY_BUDGET, serde_json::json!({"tenant": BUDGET_TENANT, "app": "budget-e2e", "env": "test"})),
+        {"key": "budgets", "value": serde_json::json!({"version": 1, "tenants": {BUDGET_TENANT: {"period": "month",
+            "soft_micro_usd": BUDGET_SOFT_MICRO_USD, "hard_micro_usd": BUDGET_HARD_MICRO_USD}}}).to_string()},
     ]);
     let seed_file = run_dir.join("seed.json");
     std::fs::write(&seed_file, seed.to_string()).expect("seed");
