@@ -1,9 +1,11 @@
-//! `POST /v1/chat/completions`: key → route → per deployment: admit → vendor → settle; JSON or SSE.
+//! `POST /v1/chat/completions`: key → route → admit with the key's and tenant's limits → per
+//! deployment: admit → vendor → settle; JSON or SSE.
 
-use crate::admission::{self, Admission, Admit};
+use crate::admission::{self, Admission, Admit, Scopes};
 use crate::api_error::ApiError;
 use crate::attempt::{
-    credential, final_error, now_ms, set_remaining, settle_failure, signals_of, with_route_headers, Refusal,
+    credential, final_error, now_ms, refusal_error, scope_estimate, set_remaining, settle_failure, signals_of,
+    with_route_headers, Refusal,
 };
 use crate::cache_policy::{self, CachedAnswer};
 use crate::canonical::ChatRequest;
@@ -48,6 +50,17 @@ pub async fn completions(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Con
     let mut outcome = RequestOutcome::new(&rc, &logical, stream);
     outcome.describe(&chat);
     let soft_budget = budget::admit(env, ctx, &rc, &mut outcome, &chain, deadline).await?;
+    // Key, then tenant, before any deployment: released again if no deployment takes the request.
+    let need = scope_estimate(chat.text_chars(), chat.messages.len(), chat.max_output_tokens(), &chain);
+    let scopes = match admission::admit_scopes(env, ctx, &rc, need).await {
+        Ok(scopes) => scopes,
+        Err(refused) => {
+            let api_error = refusal_error(&refused);
+            outcome.fail(&api_error);
+            outcome.finish(ctx, env);
+            return Err(api_error);
+        }
+    };
     let mut log = DecisionLog::new(&rc.request_id, &logical);
     let mut last_error: Option<UpstreamError> = None;
     let mut refusal: Option<Refusal> = None;
@@ -101,7 +114,13 @@ pub async fn completions(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Con
             } else {
                 retry_budget::record_request(id, &policy, now_ms());
             }
-            let call = providers::build_chat(deployment, &chat, &credential, deployment.quirks.stream_options)?;
+            let call = match providers::build_chat(deployment, &chat, &credential, deployment.quirks.stream_options) {
+                Ok(call) => call,
+                Err(e) => {
+                    scopes.finish_failed(ctx, attempts_made > 0, last_error.as_ref()).await;
+                    return Err(e);
+                }
+            };
             let reservation = format!("{}:{attempts_made}:{id}", rc.request_id);
             let admission =
                 match admission::admit(env, ctx, id, deployment, reservation, estimate, rc.max_wait_ms).await {
@@ -132,12 +151,14 @@ pub async fn completions(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Con
             let result = match sent {
                 Ok(up) if (200..300).contains(&up.status) => {
                     if stream {
-                        let attempt = StreamAttempt { id, deployment, attempt_started, admission };
+                        let scopes = scopes.clone();
+                        let attempt = StreamAttempt { id, deployment, attempt_started, admission, scopes };
                         start_stream(up, attempt, &chat, &rc, outcome.clone(), ctx).await
                     } else {
                         let store =
                             cache.key.clone().zip(cache.decision.store_ttl_s()).map(|(k, t)| (k, t, rc.env.clone()));
-                        finish_json(up, id, deployment, attempt_started, admission, &mut outcome, ctx, store).await
+                        let held = (admission, &scopes);
+                        finish_json(up, id, deployment, attempt_started, held, &mut outcome, ctx, store).await
                     }
                 }
                 Ok(mut up) => {
@@ -200,6 +221,7 @@ pub async fn completions(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Con
         ),
         None => ApiError::unavailable("no_deployment_available", "No deployment of this model can serve this request."),
     };
+    scopes.finish_failed(ctx, attempts_made > 0, last_error.as_ref()).await;
     let api_error = final_error(last_error.as_ref(), refusal, nothing_tried);
     outcome.fail(&api_error);
     outcome.finish(ctx, env);
@@ -251,7 +273,7 @@ async fn finish_json(
     id: &str,
     deployment: &Deployment,
     attempt_started: u64,
-    admission: Admission,
+    (admission, scopes): (Admission, &Scopes),
     outcome: &mut RequestOutcome,
     ctx: &Context,
     cache_store: Option<(String, u32, Env)>,
@@ -274,6 +296,7 @@ async fn finish_json(
         usage.as_ref().map(admission::token_usage),
         signals,
     ));
+    scopes.settle(ctx, usage.as_ref().map(admission::token_usage));
     outcome.attempts.push(Attempt::succeeded(id, deployment, usage, attempt_started, now_ms(), None));
     if let Some((key, ttl_s, env)) = cache_store {
         let storable =
@@ -290,11 +313,14 @@ fn internal(message: String) -> UpstreamError {
     UpstreamError { class: ErrorClass::ServerError, status: 0, message, retry_after_ms: None, vendor_code: None }
 }
 
+/// One admitted attempt, with what the request holds at its key and tenant (settled with it
+/// when the stream ends).
 struct StreamAttempt<'a> {
     id: &'a str,
     deployment: &'a Deployment,
     attempt_started: u64,
     admission: Admission,
+    scopes: Scopes,
 }
 
 /// Reads upstream until the first bytes for the client exist, so a failure before then can still fall back.
@@ -306,7 +332,7 @@ async fn start_stream(
     mut outcome: RequestOutcome,
     ctx: &Context,
 ) -> Result<Response, UpstreamError> {
-    let StreamAttempt { id, deployment, attempt_started, admission } = attempt;
+    let StreamAttempt { id, deployment, attempt_started, admission, scopes } = attempt;
     let signals = signals_of(&up, None);
     let early = |err: UpstreamError, admission: Admission| async move {
         settle_failure(admission, &err, None, signals).await;
@@ -365,6 +391,7 @@ async fn start_stream(
         // Partial usage is billed as reported; with none reported the estimate stays charged.
         let usage = report.usage.as_ref().map(admission::token_usage);
         admission.settle(admission::outcome_for(class, None), usage, signals).await;
+        scopes.settle_now(usage).await;
         outcome.attempts.push(record);
         outcome.finish_detached(&env).await;
     });

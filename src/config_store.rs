@@ -1,10 +1,10 @@
-//! Route table and virtual keys read from KV, cached in the isolate for a short TTL.
+//! Route table, virtual keys and tenant records read from KV, cached in the isolate for a short TTL.
 //!
 //! A route table that fails to parse never replaces the last good one: the gateway keeps
 //! serving and reports the problem (log + status endpoint).
 
 use crate::api_error::ApiError;
-use crate::keys::{self, KeyRecord};
+use crate::keys::{self, KeyRecord, TenantRecord};
 use crate::routes::{RouteTable, ROUTES_KV_KEY};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -14,6 +14,7 @@ use worker::Env;
 pub const CONFIG_BINDING: &str = "CONFIG";
 const DEFAULT_TTL_MS: u64 = 5_000;
 const MAX_CACHED_KEYS: usize = 10_000;
+const MAX_CACHED_TENANTS: usize = 10_000;
 
 struct CachedTable {
     table: Option<Rc<RouteTable>>,
@@ -27,9 +28,16 @@ struct CachedKey {
     fetched_ms: u64,
 }
 
+struct CachedTenant {
+    record: Option<Rc<TenantRecord>>,
+    raw: Option<String>,
+    fetched_ms: u64,
+}
+
 thread_local! {
     static TABLE: RefCell<Option<CachedTable>> = const { RefCell::new(None) };
     static KEYS: RefCell<HashMap<String, CachedKey>> = RefCell::new(HashMap::new());
+    static TENANTS: RefCell<HashMap<String, CachedTenant>> = RefCell::new(HashMap::new());
 }
 
 pub fn cache_ttl_ms(env: &Env) -> u64 {
@@ -114,7 +122,10 @@ pub async fn key_record(env: &Env, secret: &str, now_ms: u64) -> Result<Option<R
     let record = match text {
         None => None,
         Some(t) => match serde_json::from_str::<KeyRecord>(&t) {
-            Ok(r) => Some(Rc::new(r)),
+            Ok(mut r) => {
+                r.id = keys::key_id(&name);
+                Some(Rc::new(r))
+            }
             Err(e) => {
                 crate::log::error(serde_json::json!({"event": "key_record_invalid", "error": e.to_string()}));
                 None
@@ -129,4 +140,49 @@ pub async fn key_record(env: &Env, secret: &str, now_ms: u64) -> Result<Option<R
         map.insert(name, CachedKey { record: record.clone(), fetched_ms: now_ms });
     });
     Ok(record)
+}
+
+/// The tenant's record (`tenant:<name>`: its rate limits), cached like key records; `None`
+/// when the tenant has none. A record that fails to parse or a failed read never replaces the
+/// last good one (and without one the tenant is unlimited here: fail open, logged).
+pub async fn tenant_record(env: &Env, tenant: &str, now_ms: u64) -> Option<Rc<TenantRecord>> {
+    let ttl = cache_ttl_ms(env);
+    let hit = TENANTS.with(|t| {
+        t.borrow().get(tenant).and_then(|c| (now_ms.saturating_sub(c.fetched_ms) < ttl).then(|| c.record.clone()))
+    });
+    if let Some(record) = hit {
+        return record;
+    }
+    let name = keys::tenant_kv_name(tenant);
+    let read = match env.kv(CONFIG_BINDING) {
+        Ok(kv) => kv.get(&name).text().await.map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    TENANTS.with(|t| {
+        let mut map = t.borrow_mut();
+        if map.len() >= MAX_CACHED_TENANTS && !map.contains_key(tenant) {
+            map.clear();
+        }
+        let cached =
+            map.entry(tenant.to_string()).or_insert(CachedTenant { record: None, raw: None, fetched_ms: now_ms });
+        cached.fetched_ms = now_ms;
+        match read {
+            Err(e) => crate::log::error(serde_json::json!({"event": "tenant_record_unavailable", "tenant": tenant,
+                                                            "error": e, "serving_last_good": cached.record.is_some()})),
+            Ok(None) => {
+                cached.record = None;
+                cached.raw = None;
+            }
+            Ok(Some(text)) if cached.raw.as_deref() == Some(text.as_str()) => {}
+            Ok(Some(text)) => {
+                match TenantRecord::parse(&text) {
+                    Ok(record) => cached.record = Some(Rc::new(record)),
+                    Err(errors) => crate::log::error(serde_json::json!({"event": "tenant_record_invalid", "tenant": tenant,
+                                                                         "errors": errors, "serving_last_good": cached.record.is_some()})),
+                }
+                cached.raw = Some(text);
+            }
+        }
+        cached.record.clone()
+    })
 }

@@ -3,7 +3,8 @@
 use crate::admission::{self, Admit};
 use crate::api_error::ApiError;
 use crate::attempt::{
-    credential, final_error, now_ms, set_remaining, settle_failure, signals_of, with_route_headers, Refusal,
+    credential, final_error, now_ms, refusal_error, set_remaining, settle_failure, signals_of, with_route_headers,
+    Refusal,
 };
 use crate::outcome::{Attempt, RequestOutcome};
 use crate::providers::{self, UpstreamError};
@@ -68,6 +69,17 @@ pub async fn create(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context)
     outcome.shape = Some(RequestShape { text_chars: chars, messages: 0, max_output: Some(0) });
     let deadline = rc.started_ms + budget::DEFAULT_DEADLINE_MS;
     let soft_budget = budget::admit(env, ctx, &rc, &mut outcome, &chain, deadline).await?;
+    let estimate = estimate::estimate(chars, 0, Some(0), None);
+    // Key, then tenant, before any deployment: released again if no deployment takes the request.
+    let scopes = match admission::admit_scopes(env, ctx, &rc, estimate).await {
+        Ok(scopes) => scopes,
+        Err(refused) => {
+            let api_error = refusal_error(&refused);
+            outcome.fail(&api_error);
+            outcome.finish(ctx, env);
+            return Err(api_error);
+        }
+    };
     let mut last_error: Option<UpstreamError> = None;
     let mut refusal: Option<Refusal> = None;
     let mut unsupported: Option<ApiError> = None;
@@ -80,9 +92,11 @@ pub async fn create(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context)
                 unsupported = Some(e);
                 continue;
             }
-            Err(e) => return Err(e),
+            Err(e) => {
+                scopes.finish_failed(ctx, !outcome.attempts.is_empty(), last_error.as_ref()).await;
+                return Err(e);
+            }
         };
-        let estimate = estimate::estimate(chars, 0, Some(0), None);
         let admission = match admission::admit(
             env,
             ctx,
@@ -129,6 +143,7 @@ pub async fn create(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context)
             Ok((text, usage, signals)) => {
                 let settled = usage.as_ref().map(admission::token_usage);
                 ctx.wait_until(admission.settle(admission::outcome_for(None, None), settled, signals));
+                scopes.settle(ctx, settled);
                 outcome.attempts.push(Attempt::succeeded(id, deployment, usage, started, now_ms(), None));
                 outcome.finish(ctx, env);
                 let mut response =
@@ -151,6 +166,7 @@ pub async fn create(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context)
     let nothing_tried = unsupported.unwrap_or_else(|| {
         ApiError::unavailable("no_deployment_available", "No deployment of this model can serve embeddings.")
     });
+    scopes.finish_failed(ctx, !outcome.attempts.is_empty(), last_error.as_ref()).await;
     let api_error = final_error(last_error.as_ref(), refusal, nothing_tried);
     outcome.fail(&api_error);
     outcome.finish(ctx, env);

@@ -461,6 +461,24 @@ impl LeaseCache {
         SettleAction::Done
     }
 
+    /// Undoes a local admission whose request went no further (a later layer refused it): the
+    /// request and its tokens go back into its slice, to be admitted against again. If the slice
+    /// was already handed back they go with its return (if that is still to be sent) or as
+    /// `released` in the tally, and the tally is to be sent now so the object has them back at once.
+    pub fn release_local(&mut self, deployment: &str, ticket: &Ticket, now_ms: u64) -> SettleAction {
+        let local = self.local(deployment);
+        let back = Delta::between(ticket.taken, Amounts::default());
+        if let Some(slice) = local.slices.iter_mut().find(|s| s.id == ticket.lease) {
+            slice.left = slice.left.plus(back);
+            return SettleAction::Done;
+        }
+        match local.tally.returns.iter_mut().find(|r| r.id == ticket.lease) {
+            Some(ret) => ret.unused = ret.unused.plus(back),
+            None => local.tally.released = local.tally.released.plus(back),
+        }
+        SettleAction::Now(local.take_tally(now_ms))
+    }
+
     /// The tally to send with an object-admitted request's settle; urgent outcomes hand every
     /// slice back first.
     pub fn settle_remote(
@@ -496,6 +514,7 @@ impl LeaseCache {
         let pending = &mut local.tally;
         pending.successes += lost.successes;
         pending.adjust = pending.adjust.plus(lost.adjust);
+        pending.released = pending.released.plus(lost.released);
         pending.returns.extend(lost.returns);
         if pending.signals.is_empty() {
             pending.signals = lost.signals;

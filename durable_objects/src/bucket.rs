@@ -86,15 +86,23 @@ impl Bucket {
     /// higher than if the take happened then, so refill lost at the cap meanwhile is not
     /// handed out twice. (A window bucket counts it in the current window.)
     pub fn take_for(&mut self, n: u64, now_ms: u64, start_ms: u64) -> u64 {
+        self.take_queued(n, now_ms, start_ms).0
+    }
+
+    /// [`Bucket::take_for`], also saying how many whole tokens the level was lowered by beyond
+    /// the take (the refill forgone until `start_ms`): giving back both undoes the take.
+    pub fn take_queued(&mut self, n: u64, now_ms: u64, start_ms: u64) -> (u64, u64) {
         self.sync(now_ms);
         let taken = self.capped(n);
-        let mut level = self.level as i128;
+        let before = self.level as i128;
+        let mut level = before;
         if self.refill == Refill::Continuous {
             let refill_until_start = start_ms.saturating_sub(now_ms) as i128 * self.capacity as i128;
             level = level.min(self.full() as i128 - refill_until_start);
         }
+        let forgone = u64::try_from((before - level) / self.scale() as i128).unwrap_or(0);
         self.level = self.bounded(level - self.ticks(taken));
-        taken
+        (taken, forgone)
     }
 
     /// Gives back tokens that were taken but not used.
@@ -327,6 +335,22 @@ mod tests {
         c.take(50, 0).unwrap();
         c.take_for(1, 0, 3_000);
         assert_eq!(c.available(0), 9);
+    }
+
+    #[test]
+    fn take_queued_says_how_far_below_full_it_kept_the_level() {
+        let mut b = per_minute(60);
+        assert_eq!(b.take_queued(1, 0, 3_000), (1, 3));
+        b.refund(1 + 3, 0);
+        assert_eq!(b.available(0), 60, "giving back both undoes the take");
+        // Partly below the cap already: only the part above it is forgone, rounded down.
+        let mut c = per_minute(60);
+        c.take(1, 0).unwrap();
+        c.refund(0, 500); // half a token refilled: level 59.5
+        assert_eq!(c.take_queued(1, 500, 3_500), (1, 2));
+        assert_eq!(c.take_queued(1, 500, 500), (1, 0));
+        let mut w = Bucket::new(2, DAY, Refill::Window, 0);
+        assert_eq!(w.take_queued(1, 0, 5_000), (1, 0), "a window bucket is never lowered");
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! What the worker calls: one round trip to a deployment's limiter object per function.
+//! What the worker calls: one round trip to a limiter object (a deployment's or a scope's) per function.
 
 use worker::wasm_bindgen::JsValue;
 use worker::{Error, Method, ObjectNamespace, Request, RequestInit, Result, Stub};
@@ -6,12 +6,18 @@ use worker::{Error, Method, ObjectNamespace, Request, RequestInit, Result, Stub}
 use crate::deployment::StatusReport;
 use crate::protocol::{
     decode_response, encode_request, object_name, AdmitDecision, AdmitRequest, LeaseDecision, LeaseRequest,
-    LimiterRequest, LimiterResponse, ProtocolError, ReportAck, SettleReport, SettleRequest, Tally, OBJECT_URL,
+    LimiterRequest, LimiterResponse, ProtocolError, ReleaseReport, ReleaseRequest, ReportAck, SettleReport,
+    SettleRequest, Tally, OBJECT_URL,
 };
 
 /// The stub of `deployment`'s limiter (same deployment id, same object).
 pub fn stub(namespace: &ObjectNamespace, deployment: &str) -> Result<Stub> {
-    namespace.id_from_name(&object_name(deployment))?.get_stub()
+    stub_named(namespace, &object_name(deployment))
+}
+
+/// The stub of the limiter object called `object` (see `object_name`, `scope_object_name`).
+pub fn stub_named(namespace: &ObjectNamespace, object: &str) -> Result<Stub> {
+    namespace.id_from_name(object)?.get_stub()
 }
 
 pub async fn call(stub: &Stub, req: &LimiterRequest) -> Result<LimiterResponse> {
@@ -47,6 +53,13 @@ pub async fn report(stub: &Stub, tally: Tally) -> Result<ReportAck> {
     match call(stub, &LimiterRequest::Report(tally)).await? {
         LimiterResponse::Report(a) => Ok(a),
         _ => Err(to_worker(ProtocolError::Mismatch { expected: "report" })),
+    }
+}
+
+pub async fn release(stub: &Stub, req: ReleaseRequest) -> Result<ReleaseReport> {
+    match call(stub, &LimiterRequest::Release(req)).await? {
+        LimiterResponse::Release(r) => Ok(r),
+        _ => Err(to_worker(ProtocolError::Mismatch { expected: "release" })),
     }
 }
 

@@ -10,12 +10,12 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::breaker::{Breaker, BreakerState, BreakerStatus, Gate, Refusal};
-use crate::bucket::Bucket;
+use crate::bucket::{Bucket, Refill};
 use crate::leases::{Calls, LeaseCounts, LeaseStatus};
 use crate::limits::{Amounts, BucketKind, Limits};
 use crate::protocol::{
     AdmitDecision, AdmitRequest, LeaseDecision, LeaseGrant, LimiterRequest, LimiterResponse, Outcome, RejectCode,
-    Scope, SettleMatch, SettleReport, SettleRequest, TokenUsage, UpstreamSignals,
+    ReleaseReport, ReleaseRequest, Scope, SettleMatch, SettleReport, SettleRequest, TokenUsage, UpstreamSignals,
 };
 use crate::reservations::{Found, Ledger, Reservation};
 
@@ -149,6 +149,10 @@ impl LimiterState {
                 self.calls.report += 1;
                 LimiterResponse::Report(self.report(t, now_ms))
             }
+            LimiterRequest::Release(r) => {
+                self.calls.release += 1;
+                LimiterResponse::Release(self.release(r, now_ms))
+            }
             LimiterRequest::Status => {
                 self.calls.status += 1;
                 LimiterResponse::Status(Box::new(self.status(now_ms)))
@@ -241,15 +245,21 @@ impl LimiterState {
         }
         let start_ms = now_ms + wait;
         let mut taken = wanted;
+        let mut forgone = Amounts::default();
         for (&kind, bucket) in self.buckets.iter_mut() {
-            taken.set(kind, bucket.take_for(wanted.get(kind), now_ms, start_ms));
+            let (took, lowered) = bucket.take_queued(wanted.get(kind), now_ms, start_ms);
+            taken.set(kind, took);
+            if lowered > 0 {
+                // Only continuous buckets are lowered, and RPM is the only one counting requests.
+                forgone.set(kind, lowered);
+            }
         }
         let expires_ms = now_ms.saturating_add(self.limits.reservation_ttl_ms);
         let probe = gate == Gate::Probe;
         if probe {
             self.breaker.begin_probe(id, expires_ms);
         }
-        self.ledger.insert(id, Reservation { taken, start_ms, expires_ms, probe });
+        self.ledger.insert(id, Reservation { taken, start_ms, taken_ms: now_ms, forgone, expires_ms, probe });
         Ok(wait)
     }
 
@@ -274,6 +284,49 @@ impl LimiterState {
         self.breaker.record(&self.limits.breaker, &req.id, &req.outcome, now_ms);
         self.apply_signals(&req.outcome, &req.signals, now_ms);
         SettleReport { reservation: matched, breaker: self.breaker.state() }
+    }
+
+    /// Undoes an admission whose request went no further (a later layer refused it): every bucket
+    /// gets back what it took, the request included, and the concurrency slot and (if it held
+    /// it) the half-open probe slot are freed. The breaker records no outcome, so its state, its
+    /// failure counts and its error-rate window are as if the request had never come. A queued
+    /// reservation also gives back the refill its place in line made the buckets forgo.
+    ///
+    /// Requests per day go back only within the day they were taken in (afterwards the window
+    /// has already reset). An expired reservation gives back its tokens and requests per minute
+    /// (its slot went at expiry); a repeated release, or one after a settle, does nothing.
+    pub fn release(&mut self, req: &ReleaseRequest, now_ms: u64) -> ReleaseReport {
+        self.expire(now_ms);
+        self.apply_tally(&req.tally, now_ms);
+        let reservation = match self.ledger.finish(&req.id, now_ms) {
+            Found::Live(r) => {
+                if r.probe {
+                    self.breaker.release_probe(&req.id);
+                }
+                self.refund_taken(&r.taken, Some(r.taken_ms), now_ms);
+                self.refund_taken(&r.forgone, None, now_ms);
+                SettleMatch::Settled
+            }
+            Found::Expired(taken) => {
+                self.refund_taken(&taken, None, now_ms);
+                SettleMatch::Late
+            }
+            Found::Settled => SettleMatch::Duplicate,
+            Found::Unknown => SettleMatch::Unknown,
+        };
+        ReleaseReport { reservation }
+    }
+
+    /// Gives `taken` back to every bucket; a window bucket (RPD) only if `taken_ms` is in the
+    /// current window.
+    fn refund_taken(&mut self, taken: &Amounts, taken_ms: Option<u64>, now_ms: u64) {
+        for (&kind, bucket) in self.buckets.iter_mut() {
+            let same_window = taken_ms.is_some_and(|t| t / bucket.period_ms() == now_ms / bucket.period_ms());
+            if bucket.refill() == Refill::Window && !same_window {
+                continue;
+            }
+            bucket.refund(taken.get(kind), now_ms);
+        }
     }
 
     /// Actual usage replaces the estimate in each token bucket; requests stay counted.

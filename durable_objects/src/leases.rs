@@ -69,6 +69,7 @@ pub struct Calls {
     pub lease: u64,
     pub report: u64,
     pub status: u64,
+    pub release: u64,
 }
 
 /// Lease activity, for the status report.

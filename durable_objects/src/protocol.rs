@@ -6,6 +6,10 @@
 //! Leases (see [`crate::leases`]): `lease` takes a slice of the buckets for an isolate to admit
 //! against locally, `report` hands back what it did not use; an admit may ask for a lease in the
 //! same round trip, and every request may carry the isolate's [`Tally`] of local outcomes.
+//!
+//! The same object class also limits a virtual key or a tenant (a *scope*, named by
+//! [`scope_object_name`]): the worker admits a request there before any deployment, and
+//! `release`s that admission when a later layer refuses, so nothing stays taken.
 
 use std::fmt;
 
@@ -23,6 +27,12 @@ pub fn object_name(deployment: &str) -> String {
     format!("deployment:{deployment}")
 }
 
+/// The Durable Object name of a scope's limiter: `scope:key:<key id>` or `scope:tenant:<name>`.
+/// Never the name of a deployment's object (those start with `deployment:`).
+pub fn scope_object_name(scope: &str, name: &str) -> String {
+    format!("scope:{scope}:{name}")
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum LimiterRequest {
@@ -31,6 +41,8 @@ pub enum LimiterRequest {
     Lease(LeaseRequest),
     /// Hands back expired or drained leases and local outcomes, asking for nothing.
     Report(Tally),
+    /// Undoes an admission whose request went no further: everything it took goes back.
+    Release(ReleaseRequest),
     Status,
 }
 
@@ -41,6 +53,7 @@ pub enum LimiterResponse {
     Settle(SettleReport),
     Lease(LeaseDecision),
     Report(ReportAck),
+    Release(ReleaseReport),
     Status(Box<StatusReport>),
     Error { message: String },
 }
@@ -77,6 +90,23 @@ pub struct SettleRequest {
     /// Applied before this outcome, so the isolate's earlier local successes come first.
     #[serde(default, skip_serializing_if = "Tally::is_empty")]
     pub tally: Tally,
+}
+
+/// Cancels the admission `id` before its request used it (a later layer refused, or no
+/// deployment would take the request): its request, tokens, concurrency slot and probe slot go
+/// back, and the breaker learns nothing. Idempotent, like settle; a settle after it is a duplicate.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleaseRequest {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Tally::is_empty")]
+    pub tally: Tally,
+}
+
+/// What a release found: `settled` = a live reservation, given back in full; `late` = one that
+/// had expired (given back, except requests per day); `duplicate` / `unknown` = nothing done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleaseReport {
+    pub reservation: SettleMatch,
 }
 
 /// A lease wanted: `id` is chosen by the isolate, unique per lease.
@@ -142,6 +172,10 @@ pub struct Tally {
     pub signals: UpstreamSignals,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub returns: Vec<LeaseReturn>,
+    /// Local admissions released (their request went no further) after their lease was handed
+    /// back: requests and tokens are refunded (requests per day are not: the day is unknown).
+    #[serde(skip_serializing_if = "Delta::is_empty")]
+    pub released: Delta,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -371,6 +405,13 @@ pub fn decode_lease(body: &str) -> Result<LeaseDecision, ProtocolError> {
     }
 }
 
+pub fn decode_release(body: &str) -> Result<ReleaseReport, ProtocolError> {
+    match decode_response(body)? {
+        LimiterResponse::Release(r) => Ok(r),
+        _ => Err(ProtocolError::Mismatch { expected: "release" }),
+    }
+}
+
 pub fn decode_status(body: &str) -> Result<StatusReport, ProtocolError> {
     match decode_response(body)? {
         LimiterResponse::Status(s) => Ok(*s),
@@ -541,12 +582,13 @@ mod tests {
                 id: "i.0".into(),
                 unused: Delta { requests: 3, tokens: 250, ..Delta::default() },
             }],
+            released: Delta { requests: 1, tokens: 15, ..Delta::default() },
         };
         let v: serde_json::Value = serde_json::to_value(LimiterRequest::Report(tally.clone())).unwrap();
         assert_eq!(
             v,
             json!({"op":"report","successes":12,"adjust":{"tk":-40},"signals":{"remaining_tokens":900},
-                   "returns":[{"id":"i.0","unused":{"rq":3,"tk":250}}]})
+                   "returns":[{"id":"i.0","unused":{"rq":3,"tk":250}}],"released":{"rq":1,"tk":15}})
         );
         assert_eq!(decode_request(&v.to_string()).unwrap(), LimiterRequest::Report(tally.clone()));
         let settle = decode_request(r#"{"op":"settle","id":"r","outcome":{"kind":"failure"},"tally":{"successes":2}}"#);
@@ -570,5 +612,25 @@ mod tests {
     #[test]
     fn object_names_are_stable() {
         assert_eq!(object_name("gpt4o-east"), "deployment:gpt4o-east");
+        assert_eq!(scope_object_name("key", "0123abcd"), "scope:key:0123abcd");
+        assert_eq!(scope_object_name("tenant", "acme"), "scope:tenant:acme");
+        assert_ne!(scope_object_name("tenant", "x"), object_name("scope:tenant:x"));
+    }
+
+    #[test]
+    fn release_wire_format() {
+        let req = LimiterRequest::Release(ReleaseRequest { id: "req_1:key".into(), tally: Tally::default() });
+        let text = encode_request(&req);
+        assert_eq!(text, r#"{"op":"release","id":"req_1:key"}"#);
+        assert_eq!(decode_request(&text).unwrap(), req);
+        let with_tally = decode_request(r#"{"op":"release","id":"r","tally":{"released":{"rq":1,"tk":30}}}"#).unwrap();
+        let LimiterRequest::Release(r) = with_tally else { panic!("not a release") };
+        assert_eq!(r.tally.released, Delta { requests: 1, tokens: 30, ..Delta::default() });
+
+        let report = ReleaseReport { reservation: SettleMatch::Settled };
+        let text = encode_response(&LimiterResponse::Release(report));
+        assert_eq!(text, r#"{"op":"release","reservation":"settled"}"#);
+        assert_eq!(decode_release(&text).unwrap(), report);
+        assert_eq!(decode_settle(&text), Err(ProtocolError::Mismatch { expected: "settle" }));
     }
 }

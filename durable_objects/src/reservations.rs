@@ -17,6 +17,14 @@ pub struct Reservation {
     pub taken: Amounts,
     #[serde(rename = "s")]
     pub start_ms: u64,
+    /// When it was taken: a release refunds requests per day only within that day. (0 in
+    /// snapshots from before releases existed: never refunded there.)
+    #[serde(rename = "at", default)]
+    pub taken_ms: u64,
+    /// Whole tokens a queued reservation kept its buckets below full, beyond `taken` (the
+    /// refill forgone until its start): a release gives these back too.
+    #[serde(rename = "f", default, skip_serializing_if = "is_nothing")]
+    pub forgone: Amounts,
     #[serde(rename = "exp")]
     pub expires_ms: u64,
     #[serde(default, skip_serializing_if = "is_false")]
@@ -25,6 +33,10 @@ pub struct Reservation {
 
 fn is_false(b: &bool) -> bool {
     !*b
+}
+
+fn is_nothing(a: &Amounts) -> bool {
+    *a == Amounts::default()
 }
 
 /// What an id referred to when it was settled.
@@ -136,7 +148,14 @@ mod tests {
     use super::*;
 
     fn res(expires_ms: u64) -> Reservation {
-        Reservation { taken: Amounts::request(10, 5), start_ms: 0, expires_ms, probe: false }
+        Reservation {
+            taken: Amounts::request(10, 5),
+            start_ms: 0,
+            taken_ms: 0,
+            forgone: Amounts::default(),
+            expires_ms,
+            probe: false,
+        }
     }
 
     #[test]

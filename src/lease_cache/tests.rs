@@ -438,6 +438,43 @@ fn an_object_admission_settles_with_the_pending_tally() {
     assert_eq!(returns(&tally), vec![(id.as_str(), rq(4, 0))], "a failure hands them back");
 }
 
+// --- releasing (a later layer refused the request) ---
+
+#[test]
+fn a_release_puts_the_request_back_into_its_slice() {
+    let limits = rpm_tpm(1_000, 100_000);
+    let (mut c, _) = holding(&limits, 2, 1_000, T0);
+    let t = local(&c.admit(DEP, &limits, need(400), T0)).ticket.clone();
+    assert_eq!(c.held(DEP), rq(1, 600));
+    assert_eq!(c.release_local(DEP, &t, T0), SettleAction::Done);
+    assert_eq!(c.held(DEP), rq(2, 1_000), "the request and its tokens are admitted against again");
+    assert!(c.take_tally(DEP, T0).is_empty(), "no success, nothing to tell the object");
+}
+
+#[test]
+fn a_release_after_the_slice_drained_rides_on_its_return_at_once() {
+    let limits = rpm_tpm(1_000, 100_000);
+    let (mut c, id) = holding(&limits, 1, 500, T0);
+    let t = local(&c.admit(DEP, &limits, need(400), T0)).ticket.clone();
+    assert_eq!(c.held(DEP), Delta::default(), "drained: its return waits for the next message");
+    let SettleAction::Now(tally) = c.release_local(DEP, &t, T0) else { panic!("sent at once") };
+    assert_eq!(returns(&tally), vec![(id.as_str(), rq(1, 500))], "handed back as if never used");
+    assert!(tally.released.is_empty());
+}
+
+#[test]
+fn a_release_after_the_return_was_sent_is_refunded_as_released() {
+    let limits = rpm_tpm(1_000, 100_000);
+    let (mut c, _) = holding(&limits, 1, 500, T0);
+    let t = local(&c.admit(DEP, &limits, need(400), T0)).ticket.clone();
+    c.take_tally(DEP, T0); // the drained slice went back with another message
+    let SettleAction::Now(tally) = c.release_local(DEP, &t, T0) else { panic!("sent at once") };
+    assert!(tally.returns.is_empty());
+    assert_eq!(tally.released, rq(1, 400));
+    c.restore_tally(DEP, tally);
+    assert_eq!(c.take_tally(DEP, T0).released, rq(1, 400), "a lost release goes with the next message");
+}
+
 #[test]
 fn a_lost_tally_is_sent_with_the_next_message() {
     let limits = rpm(1_000);

@@ -2,7 +2,6 @@
 //! the isolates did locally.
 
 use super::*;
-use crate::bucket::Refill;
 use crate::leases::{grant_size, room, LEASE_GRACE_MS, LEASE_MEMORY_MS, LEASE_RETRY_MS, LEASE_TTL_MS};
 use crate::limits::Delta;
 use crate::protocol::{LeaseRequest, LeaseReturn, ReportAck, Tally};
@@ -57,7 +56,17 @@ impl LimiterState {
             bucket.force_take(size.get(kind), now_ms);
         }
         let expires_ms = now_ms + LEASE_TTL_MS + LEASE_GRACE_MS;
-        self.leases.insert(id, Reservation { taken: size, start_ms: now_ms, expires_ms, probe: false });
+        self.leases.insert(
+            id,
+            Reservation {
+                taken: size,
+                start_ms: now_ms,
+                taken_ms: now_ms,
+                forgone: Amounts::default(),
+                expires_ms,
+                probe: false,
+            },
+        );
         self.lease_counts.granted += 1;
         self.lease_counts.granted_requests += size.requests;
         self.granted(size, now_ms)
@@ -80,6 +89,9 @@ impl LimiterState {
         // Corrections are of tokens only: a request once admitted stays counted.
         let tokens_only = Amounts { requests: 0, tokens: u64::MAX, input: u64::MAX, output: u64::MAX };
         self.give_back(tally.adjust, tokens_only, None, now_ms);
+        // Released local admissions went no further: their requests come back too (not per day).
+        let everything = Amounts { requests: u64::MAX, tokens: u64::MAX, input: u64::MAX, output: u64::MAX };
+        self.give_back(tally.released, everything, None, now_ms);
         if !tally.signals.is_empty() {
             self.apply_signals(&Outcome::Success, &tally.signals, now_ms);
         }

@@ -680,3 +680,166 @@ fn critical_key_moves_on_breaker_and_pause_changes_only() {
     assert!(is_probe(&admit(&mut s, "p", 1, 1, t)));
     assert_ne!(s.critical_key(), half_open, "taking the probe slot is persisted at once");
 }
+
+// --- release: an admission whose request went no further ---
+
+fn release(s: &mut LimiterState, id: &str, now: u64) -> SettleMatch {
+    s.release(&ReleaseRequest { id: id.into(), tally: Tally::default() }, now).reservation
+}
+
+#[test]
+fn release_refunds_everything_the_reservation_took() {
+    let limits = Limits {
+        rpd: Some(10),
+        input_tpm: Some(1_000),
+        output_tpm: Some(1_000),
+        max_concurrent: Some(1),
+        ..base_limits()
+    };
+    let mut s = limiter(limits);
+    let before = levels(&mut s, T0);
+    start_after(&admit(&mut s, "a", 300, 200, T0));
+    assert_ne!(levels(&mut s, T0), before);
+    assert_eq!(rejection(&admit(&mut s, "b", 1, 1, T0)).map(|r| r.0), Some(RejectCode::Concurrency));
+    assert_eq!(release(&mut s, "a", T0), SettleMatch::Settled);
+    // The request, its tokens in every token bucket, its day's request and its slot: all back.
+    assert_eq!(levels(&mut s, T0), before);
+    assert_eq!(s.in_flight(), 0);
+    assert_eq!(start_after(&admit(&mut s, "b", 1, 1, T0)), 0);
+}
+
+#[test]
+fn a_released_request_no_longer_counts_against_the_minute() {
+    let mut s = limiter(Limits { rpm: Some(3), ..Limits::default() });
+    for id in ["a", "b", "c"] {
+        start_after(&admit(&mut s, id, 1, 1, T0));
+    }
+    assert_eq!(rejection(&admit(&mut s, "d", 1, 1, T0)).map(|r| r.0), Some(RejectCode::Rpm));
+    release(&mut s, "c", T0);
+    assert_eq!(start_after(&admit(&mut s, "d", 1, 1, T0)), 0, "the released request's place is free again");
+    assert_eq!(rejection(&admit(&mut s, "e", 1, 1, T0)).map(|r| r.0), Some(RejectCode::Rpm));
+}
+
+#[test]
+fn release_of_a_place_in_line_gives_it_back() {
+    let mut s = limiter(base_limits());
+    start_after(&admit(&mut s, "big", 5_900, 0, T0));
+    // 100 tokens left: 500 more needed at 100 tokens/s.
+    let wait = start_after(&s.admit(&ask("queued", 600, 0, 10_000), T0, 0));
+    assert_eq!(wait, 5_000);
+    assert_eq!(level(&mut s, BucketKind::Tpm, T0), -500);
+    release(&mut s, "queued", T0 + 10);
+    assert_eq!(level(&mut s, BucketKind::Tpm, T0 + 10), 101);
+    // Holding a place 5 s out kept RPM 5 below full; that comes back with the request.
+    assert_eq!(level(&mut s, BucketKind::Rpm, T0 + 10), 59);
+}
+
+#[test]
+fn release_does_not_touch_the_breaker() {
+    let mut s = limiter(base_limits());
+    for id in ["f1", "f2"] {
+        start_after(&admit(&mut s, id, 1, 1, T0));
+        s.settle(&done(id, Outcome::Failure), T0);
+    }
+    let breaker = s.status(T0).breaker;
+    assert_eq!(breaker.consecutive_failures, 2);
+    start_after(&admit(&mut s, "r", 1, 1, T0));
+    release(&mut s, "r", T0);
+    assert_eq!(s.status(T0).breaker, breaker, "no success recorded: the run of failures stands");
+    start_after(&admit(&mut s, "f3", 1, 1, T0));
+    assert_eq!(s.settle(&done("f3", Outcome::Failure), T0).breaker, BreakerState::Open);
+
+    // Error-rate mode: a release adds no sample to the window.
+    let limits = Limits {
+        breaker: BreakerConfig {
+            trip: Trip::ErrorRate { window_ms: 60_000, min_samples: 2, threshold_pct: 50 },
+            open_ms: 10_000,
+            ramp: vec![],
+        },
+        ..base_limits()
+    };
+    let mut s = limiter(limits);
+    start_after(&admit(&mut s, "r", 1, 1, T0));
+    release(&mut s, "r", T0);
+    let status = s.status(T0).breaker;
+    assert_eq!((status.window_ok, status.window_failed), (0, 0));
+}
+
+#[test]
+fn a_released_probe_frees_the_probe_slot_and_stays_half_open() {
+    let mut s = limiter(base_limits());
+    trip(&mut s, T0);
+    let t = T0 + 10_000;
+    assert!(is_probe(&admit(&mut s, "p", 1, 1, t)));
+    let failures = s.status(t).breaker.consecutive_failures;
+    release(&mut s, "p", t);
+    let status = s.status(t).breaker;
+    assert_eq!((status.state, status.probe, status.consecutive_failures), (BreakerState::HalfOpen, None, failures));
+    assert!(is_probe(&admit(&mut s, "q", 1, 1, t)), "the next request is the probe");
+}
+
+#[test]
+fn release_is_idempotent_and_a_settle_after_it_does_nothing() {
+    let mut s = limiter(base_limits());
+    start_after(&admit(&mut s, "a", 100, 0, T0));
+    assert_eq!(release(&mut s, "a", T0), SettleMatch::Settled);
+    let after = s.status(T0);
+    assert_eq!(release(&mut s, "a", T0), SettleMatch::Duplicate);
+    assert_eq!(s.settle(&used("a", 500, 500), T0).reservation, SettleMatch::Duplicate);
+    assert_eq!(s.status(T0).buckets, after.buckets);
+    // Settled first: a release then does nothing either.
+    start_after(&admit(&mut s, "b", 100, 0, T0));
+    s.settle(&used("b", 10, 0), T0);
+    let settled = s.status(T0).buckets;
+    assert_eq!(release(&mut s, "b", T0), SettleMatch::Duplicate);
+    assert_eq!(s.status(T0).buckets, settled);
+    assert_eq!(release(&mut s, "never-seen", T0), SettleMatch::Unknown);
+    assert_eq!(s.status(T0).buckets, settled);
+}
+
+#[test]
+fn requests_per_day_are_released_only_within_their_day() {
+    let mut s = limiter(Limits { rpd: Some(2), ..base_limits() });
+    let midnight = T0 - T0 % DAY_MS + DAY_MS;
+    start_after(&admit(&mut s, "a", 0, 0, midnight - 10));
+    start_after(&admit(&mut s, "b", 0, 0, midnight - 10));
+    release(&mut s, "b", midnight - 5);
+    assert_eq!(level(&mut s, BucketKind::Rpd, midnight - 5), 1);
+    start_after(&admit(&mut s, "c", 0, 0, midnight - 5));
+    // After midnight the day's window has reset: giving "c" back there would count it twice.
+    release(&mut s, "c", midnight + 5);
+    assert_eq!(level(&mut s, BucketKind::Rpd, midnight + 5), 2);
+}
+
+#[test]
+fn a_late_release_gives_back_tokens_but_not_the_day() {
+    let mut s = limiter(Limits { rpd: Some(5), reservation_ttl_ms: 1_000, ..base_limits() });
+    start_after(&admit(&mut s, "a", 3_000, 0, T0));
+    s.expire(T0 + 1_000);
+    assert_eq!(release(&mut s, "a", T0 + 1_000), SettleMatch::Late);
+    assert_eq!(level(&mut s, BucketKind::Tpm, T0 + 1_000), 6_000);
+    assert_eq!(level(&mut s, BucketKind::Rpd, T0 + 1_000), 4);
+}
+
+#[test]
+fn release_goes_through_handle_and_is_counted() {
+    let mut s = limiter(base_limits());
+    start_after(&admit(&mut s, "a", 1, 1, T0));
+    let answer = s.handle(&LimiterRequest::Release(ReleaseRequest { id: "a".into(), tally: Tally::default() }), T0, 0);
+    assert_eq!(answer, LimiterResponse::Release(ReleaseReport { reservation: SettleMatch::Settled }));
+    assert_eq!(s.status(T0).calls.release, 1);
+}
+
+#[test]
+fn an_old_snapshot_reservation_is_released_except_for_the_day() {
+    let mut s = limiter(Limits { rpd: Some(5), ..base_limits() });
+    start_after(&admit(&mut s, "a", 10, 0, T0));
+    // A reservation written before releases existed has no time of taking.
+    let text = s.to_snapshot();
+    let old = text.replace(&format!("\"s\":{T0},\"at\":{T0}"), &format!("\"s\":{T0}"));
+    assert_ne!(old, text);
+    let mut back = LimiterState::from_snapshot(&old).unwrap();
+    assert_eq!(release(&mut back, "a", T0), SettleMatch::Settled);
+    assert_eq!(level(&mut back, BucketKind::Rpm, T0), 60);
+    assert_eq!(level(&mut back, BucketKind::Rpd, T0), 4);
+}

@@ -1,19 +1,22 @@
-//! `gatewayctl`: the admin side of the gateway's KV (route table, virtual keys, prices, budgets).
-//! Every write goes through `wrangler kv`, after validation.
+//! `gatewayctl`: the admin side of the gateway's KV (route table, virtual keys, tenant limits,
+//! prices, budgets). Every write goes through `wrangler kv`, after validation.
 
 mod budgets;
 mod prices;
 
-use edge_gateway::keys::{kv_name, KeyRecord};
+use edge_gateway::keys::{self, kv_name, tenant_kv_name, KeyRecord, Limits, TenantRecord};
 use edge_gateway::routes::{RouteTable, ROUTES_KV_KEY};
 use std::process::{Command, ExitCode};
 
 const USAGE: &str = "usage:
   gatewayctl routes validate FILE
   gatewayctl routes put FILE [--local] [--persist-to DIR]
-  gatewayctl keys create --tenant T --app A [--env E] [--models m1,m2] [--expires-in-days N] [--label L] [--local] [--persist-to DIR]
+  gatewayctl keys create --tenant T --app A [--env E] [--models m1,m2] [--expires-in-days N] [--label L] [LIMITS] [--local] [--persist-to DIR]
   gatewayctl keys revoke KEY [--local] [--persist-to DIR]
   gatewayctl keys list [--local] [--persist-to DIR]
+  gatewayctl keys tenant-limits --tenant T (LIMITS | --clear | --show) [--local] [--persist-to DIR]
+    LIMITS: any of --rpm N --tpm N --rpd N --input-tpm N --output-tpm N --max-concurrent N
+    (a key's limits apply to that key; a tenant's to all its keys together)
   gatewayctl prices validate FILE
   gatewayctl prices put FILE [--local] [--persist-to DIR] [--force]
   gatewayctl budgets validate FILE
@@ -31,6 +34,7 @@ fn main() -> ExitCode {
         ["keys", "create", rest @ ..] => create_key(rest),
         ["keys", "revoke", key, rest @ ..] => revoke_key(key, rest),
         ["keys", "list", rest @ ..] => list_keys(rest),
+        ["keys", "tenant-limits", rest @ ..] => tenant_limits(rest),
         ["prices", "validate", file, ..] => prices::check(file),
         ["prices", "put", file, rest @ ..] => prices::put(file, rest),
         ["budgets", "validate", file, ..] => budgets::check(file),
@@ -123,12 +127,76 @@ fn create_key(args: &[&str]) -> Result<(), String> {
         expires_at_ms,
         label: flag(args, "--label").map(str::to_string),
         created_at_ms: Some(now_ms()),
+        limits: limits_from_flags(args)?,
+        id: String::new(),
     };
     let secret = new_secret()?;
     let value = serde_json::to_string(&record).map_err(|e| e.to_string())?;
     Wrangler::from_flags(args)?.put(&kv_name(&secret), &value)?;
     println!("{secret}");
-    eprintln!("Key created for tenant '{tenant}', app '{app}'. It is shown once; only its hash is stored.");
+    eprintln!(
+        "Key created for tenant '{tenant}', app '{app}' (limits: {}). It is shown once; only its hash is stored.",
+        keys::describe_limits(record.limits.as_ref())
+    );
+    Ok(())
+}
+
+/// Rate limits from `--rpm`, `--tpm`, `--rpd`, `--input-tpm`, `--output-tpm`, `--max-concurrent`;
+/// `None` when none is given.
+fn limits_from_flags(args: &[&str]) -> Result<Option<Limits>, String> {
+    let number = |name: &str| -> Result<Option<u64>, String> {
+        match flag(args, name) {
+            None if args.contains(&name) => Err(format!("{name} takes a number")),
+            None => Ok(None),
+            Some(v) => v.parse::<u64>().map(Some).map_err(|_| format!("{name} takes a whole number, not '{v}'")),
+        }
+    };
+    let max_concurrent = number("--max-concurrent")?
+        .map(|n| u32::try_from(n).map_err(|_| "--max-concurrent is too large".to_string()))
+        .transpose()?;
+    let limits = Limits {
+        rpm: number("--rpm")?,
+        tpm: number("--tpm")?,
+        input_tpm: number("--input-tpm")?,
+        output_tpm: number("--output-tpm")?,
+        rpd: number("--rpd")?,
+        max_concurrent,
+        ..Limits::default()
+    };
+    Ok(keys::enforced(Some(&limits)).cloned())
+}
+
+/// Sets (or clears, or shows) a tenant's rate limits: the KV record `tenant:<name>`.
+fn tenant_limits(args: &[&str]) -> Result<(), String> {
+    let tenant = flag(args, "--tenant").ok_or("--tenant is required")?;
+    if tenant.trim().is_empty() {
+        return Err("--tenant must not be empty".into());
+    }
+    let wrangler = Wrangler::from_flags(args)?;
+    let name = tenant_kv_name(tenant);
+    if args.contains(&"--show") {
+        let text = wrangler.get(&name)?;
+        if text.trim().is_empty() || text.trim() == "Value not found" {
+            println!("tenant '{tenant}': no limits (no KV key '{name}')");
+            return Ok(());
+        }
+        let record = TenantRecord::parse(text.trim()).map_err(|e| format!("{name}: {}", e.join("; ")))?;
+        println!("tenant '{tenant}': {}", keys::describe_limits(record.limits.as_ref()));
+        return Ok(());
+    }
+    if args.contains(&"--clear") {
+        wrangler.run(&["key", "delete", &name])?;
+        println!("tenant '{tenant}': limits cleared (KV key '{name}' deleted)");
+        return Ok(());
+    }
+    let limits = limits_from_flags(args)?.ok_or(
+        "give at least one limit (--rpm, --tpm, --rpd, --input-tpm, --output-tpm, --max-concurrent) or --clear",
+    )?;
+    let record = TenantRecord { limits: Some(limits) };
+    let value = serde_json::to_string(&record).map_err(|e| e.to_string())?;
+    TenantRecord::parse(&value).map_err(|e| e.join("; "))?;
+    wrangler.put(&name, &value)?;
+    println!("tenant '{tenant}': {} (KV key '{name}')", keys::describe_limits(record.limits.as_ref()));
     Ok(())
 }
 
@@ -147,7 +215,10 @@ fn list_keys(args: &[&str]) -> Result<(), String> {
     let wrangler = Wrangler::from_flags(args)?;
     let listed: serde_json::Value =
         serde_json::from_str(&wrangler.run(&["key", "list", "--prefix", "key:"])?).map_err(|e| e.to_string())?;
-    println!("{:<20} {:<16} {:<16} {:<6} {:<8} label", "key (hash prefix)", "tenant", "app", "env", "state");
+    println!(
+        "{:<20} {:<16} {:<16} {:<6} {:<8} {:<20} label",
+        "key (hash prefix)", "tenant", "app", "env", "state", "limits"
+    );
     for entry in listed.as_array().into_iter().flatten() {
         let Some(name) = entry["name"].as_str() else { continue };
         let Ok(record) = serde_json::from_str::<KeyRecord>(wrangler.get(name)?.trim()) else { continue };
@@ -157,14 +228,41 @@ fn list_keys(args: &[&str]) -> Result<(), String> {
             Err(_) => "expired",
         };
         println!(
-            "{:<20} {:<16} {:<16} {:<6} {:<8} {}",
+            "{:<20} {:<16} {:<16} {:<6} {:<8} {:<20} {}",
             &name[..name.len().min(20)],
             record.tenant,
             record.app,
             record.env,
             state,
+            keys::describe_limits(record.limits.as_ref()),
             record.label.unwrap_or_default()
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_come_from_flags() {
+        let l = limits_from_flags(&["--tenant", "t", "--rpm", "3", "--tpm", "1000"]).unwrap().unwrap();
+        assert_eq!((l.rpm, l.tpm, l.rpd, l.max_concurrent), (Some(3), Some(1_000), None, None));
+        assert_eq!(keys::describe_limits(Some(&l)), "rpm=3 tpm=1000");
+        let l = limits_from_flags(&["--rpd", "50", "--max-concurrent", "4"]).unwrap().unwrap();
+        assert_eq!((l.rpd, l.max_concurrent), (Some(50), Some(4)));
+        assert_eq!(limits_from_flags(&["--tenant", "t"]).unwrap(), None, "no flags, no limits");
+        assert!(limits_from_flags(&["--rpm", "three"]).unwrap_err().contains("--rpm"));
+        assert!(limits_from_flags(&["--rpm"]).is_err());
+        assert!(limits_from_flags(&["--max-concurrent", "99999999999"]).is_err());
+    }
+
+    #[test]
+    fn a_tenant_record_is_what_the_gateway_reads() {
+        let limits = limits_from_flags(&["--rpm", "6"]).unwrap();
+        let value = serde_json::to_string(&TenantRecord { limits }).unwrap();
+        assert_eq!(value, r#"{"limits":{"rpm":6}}"#);
+        assert_eq!(TenantRecord::parse(&value).unwrap().limits.and_then(|l| l.rpm), Some(6));
+    }
 }

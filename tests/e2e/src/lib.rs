@@ -22,6 +22,15 @@ pub const KEY_BUDGET: &str = "gk_e2e_budget_0007";
 pub const BUDGET_TENANT: &str = "tenant-budget";
 pub const BUDGET_SOFT_MICRO_USD: u64 = 50;
 pub const BUDGET_HARD_MICRO_USD: u64 = 600;
+/// Layered limits (tests/gateway/layers.rs): two keys of one tenant, key rpm 3 and 4 < tenant rpm 6.
+pub const KEY_LAYERS_A: &str = "gk_e2e_layers_a_0008";
+pub const KEY_LAYERS_B: &str = "gk_e2e_layers_b_0009";
+pub const LAYERS_TENANT: &str = "tenant-layers";
+/// A key with rpm 3 whose tenant (rpm 50) is roomy: for deployment refusals.
+pub const KEY_LAYERS_C: &str = "gk_e2e_layers_c_0010";
+/// Token limits: a key with TPM 800 and a key without limits, under a tenant with TPM 1,000.
+pub const KEY_LAYERS_TPM: &str = "gk_e2e_layers_tpm_0011";
+pub const KEY_LAYERS_TPM_FREE: &str = "gk_e2e_layers_tpm_0012";
 
 pub struct Stack {
     pub gateway: String,
@@ -127,6 +136,14 @@ fn start() -> Stack {
         key_entry(KEY_BUDGET, serde_json::json!({"tenant": BUDGET_TENANT, "app": "budget-e2e", "env": "test"})),
         {"key": "budgets", "value": serde_json::json!({"version": 1, "tenants": {BUDGET_TENANT: {"period": "month",
             "soft_micro_usd": BUDGET_SOFT_MICRO_USD, "hard_micro_usd": BUDGET_HARD_MICRO_USD}}}).to_string()},
+        key_entry(KEY_LAYERS_A, serde_json::json!({"tenant": LAYERS_TENANT, "app": "layers-e2e", "limits": {"rpm": 3}})),
+        key_entry(KEY_LAYERS_B, serde_json::json!({"tenant": LAYERS_TENANT, "app": "layers-e2e", "limits": {"rpm": 4}})),
+        {"key": format!("tenant:{LAYERS_TENANT}"), "value": serde_json::json!({"limits": {"rpm": 6}}).to_string()},
+        key_entry(KEY_LAYERS_C, serde_json::json!({"tenant": "tenant-layers-dep", "app": "layers-e2e", "limits": {"rpm": 3}})),
+        {"key": "tenant:tenant-layers-dep", "value": serde_json::json!({"limits": {"rpm": 50}}).to_string()},
+        key_entry(KEY_LAYERS_TPM, serde_json::json!({"tenant": "tenant-layers-tpm", "app": "layers-e2e", "limits": {"tpm": 800}})),
+        key_entry(KEY_LAYERS_TPM_FREE, serde_json::json!({"tenant": "tenant-layers-tpm", "app": "layers-e2e"})),
+        {"key": "tenant:tenant-layers-tpm", "value": serde_json::json!({"limits": {"tpm": 1000}}).to_string()},
     ]);
     let seed_file = run_dir.join("seed.json");
     std::fs::write(&seed_file, seed.to_string()).expect("seed");

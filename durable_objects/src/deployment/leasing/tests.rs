@@ -306,6 +306,21 @@ fn a_tally_adjusts_tokens_never_requests() {
 }
 
 #[test]
+fn a_tally_gives_back_released_requests_and_tokens_but_not_the_day() {
+    let l = Limits { rpd: Some(1_000), ..limits(100) };
+    let mut s = LimiterState::new(l, T0);
+    s.lease(&ask("L1", want(10, 10)), T0);
+    s.take_back(&giving_back("L1", 0, 0), T0);
+    assert_eq!((rpm_level(&mut s, T0), tpm_level(&mut s, T0)), (90, 1_000_000 - 100));
+    // Two of the lease's local admissions went no further, after it was handed back.
+    let tally = Tally { released: Delta { requests: 2, tokens: 20, ..Delta::default() }, ..Tally::default() };
+    s.report(&tally, T0);
+    assert_eq!((rpm_level(&mut s, T0), tpm_level(&mut s, T0)), (92, 1_000_000 - 80));
+    assert_eq!(s.status(T0).buckets[&BucketKind::Rpd].available, 990, "the day is not known: not refunded");
+    assert_eq!(s.status(T0).breaker.consecutive_failures, 0);
+}
+
+#[test]
 fn a_tally_carries_the_vendor_headers() {
     let mut s = LimiterState::new(limits(100), T0);
     let signals = UpstreamSignals { remaining_requests: Some(10), ..UpstreamSignals::default() };
@@ -344,7 +359,7 @@ fn leases_and_calls_survive_a_restart() {
     let mut back = LimiterState::from_snapshot(&s.to_snapshot()).unwrap();
     let status = back.status(T0);
     assert_eq!(status.leases.live, 1);
-    assert_eq!(status.calls, Calls { admit: 1, settle: 0, lease: 1, report: 1, status: 1 });
+    assert_eq!(status.calls, Calls { admit: 1, settle: 0, lease: 1, report: 1, status: 1, release: 0 });
     assert_eq!(back.take_back(&giving_back("L1", 5, 0), T0), SettleMatch::Settled);
     let slim = LimiterState::from_snapshot(&s.to_snapshot_without_reservations()).unwrap();
     assert_eq!(slim.leases().in_flight(), 0);

@@ -4,6 +4,7 @@ mod budget;
 mod cache;
 mod completions;
 mod errors;
+mod layers;
 mod limits;
 mod routing;
 mod streaming;
