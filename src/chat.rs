@@ -18,6 +18,7 @@ use crate::response_cache::CacheUse;
 use crate::retry::{self, retry_budget};
 use crate::routes::Deployment;
 use crate::selection::{self, Gate, Needs};
+use crate::stream_assembly::StreamAssembler;
 use crate::upstream::{self, AbortHandle, UpstreamResponse};
 use crate::{budget, config_store, http_io};
 use futures::channel::oneshot;
@@ -153,7 +154,8 @@ pub async fn completions(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Con
                     if stream {
                         let scopes = scopes.clone();
                         let attempt = StreamAttempt { id, deployment, attempt_started, admission, scopes };
-                        start_stream(up, attempt, &chat, &rc, outcome.clone(), ctx).await
+                        let store = cache.key.clone().zip(cache.decision.store_ttl_s());
+                        start_stream(up, attempt, &chat, &rc, outcome.clone(), ctx, store).await
                     } else {
                         let store =
                             cache.key.clone().zip(cache.decision.store_ttl_s()).map(|(k, t)| (k, t, rc.env.clone()));
@@ -331,6 +333,7 @@ async fn start_stream(
     rc: &RequestContext,
     mut outcome: RequestOutcome,
     ctx: &Context,
+    cache_store: Option<(String, u32)>,
 ) -> Result<Response, UpstreamError> {
     let StreamAttempt { id, deployment, attempt_started, admission, scopes } = attempt;
     let signals = signals_of(&up, None);
@@ -363,6 +366,12 @@ async fn start_stream(
     }
     let first_byte_ms = now_ms();
     let (tx, rx) = oneshot::channel::<StreamReport>();
+    // Only a stream the cache may keep is rebuilt into a completion as it passes.
+    let assembler = cache_store.as_ref().map(|_| {
+        let mut a = StreamAssembler::new();
+        a.feed(&first);
+        a
+    });
     let live = LiveStream {
         body,
         translator,
@@ -371,12 +380,20 @@ async fn start_stream(
         finished: false,
         report: Some(tx),
         abort: up.abort,
+        assembler,
     };
     let deployment_id = id.to_string();
     let dep = deployment.clone();
     let env = rc.env.clone();
     ctx.wait_until(async move {
-        let report = rx.await.unwrap_or(StreamReport { usage: None, error: None, disconnected: true });
+        let report = rx.await.unwrap_or(StreamReport { usage: None, error: None, disconnected: true, assembled: None });
+        if let (Some(body), Some((key, ttl_s))) = (report.assembled.clone(), cache_store) {
+            let storable = serde_json::from_str::<serde_json::Value>(&body).is_ok_and(|v| cache_policy::storable(&v));
+            if storable {
+                let answer = CachedAnswer::new(body, report.usage, deployment_id.clone(), now_ms(), ttl_s);
+                CacheUse::store(key, answer, env.clone()).await;
+            }
+        }
         let now = now_ms();
         let mut record =
             Attempt::succeeded(&deployment_id, &dep, report.usage, attempt_started, now, Some(first_byte_ms));
@@ -402,6 +419,8 @@ struct StreamReport {
     usage: Option<crate::usage::Usage>,
     error: Option<UpstreamError>,
     disconnected: bool,
+    /// The answer rebuilt for the cache, when the stream completed cleanly.
+    assembled: Option<String>,
 }
 
 /// The client-facing half of a stream; dropping it early (client gone) aborts upstream and reports.
@@ -413,13 +432,21 @@ struct LiveStream {
     finished: bool,
     report: Option<oneshot::Sender<StreamReport>>,
     abort: AbortHandle,
+    assembler: Option<StreamAssembler>,
 }
 
 impl LiveStream {
     fn end(&mut self, error: Option<UpstreamError>) {
         self.finished = true;
+        let assembled = if error.is_none() { self.assembler.take().and_then(StreamAssembler::finish) } else { None };
         if let Some(tx) = self.report.take() {
-            let _ = tx.send(StreamReport { usage: self.translator.usage(), error, disconnected: false });
+            let _ = tx.send(StreamReport { usage: self.translator.usage(), error, disconnected: false, assembled });
+        }
+    }
+
+    fn assemble(&mut self, out: &[u8]) {
+        if let Some(a) = self.assembler.as_mut() {
+            a.feed(out);
         }
     }
 
@@ -440,12 +467,17 @@ impl LiveStream {
                 let mut out = Vec::new();
                 match upstream::next_chunk(&mut s.body, s.idle_ms).await {
                     Ok(Some(bytes)) => {
-                        if let Some(err) = s.translator.feed(&bytes, &mut out) {
+                        let failed = s.translator.feed(&bytes, &mut out);
+                        s.assemble(&out);
+                        if let Some(err) = failed {
                             s.fail(err, &mut out);
                         }
                     }
                     Ok(None) => match s.translator.finish(&mut out) {
-                        StreamEnd::Complete => s.end(None),
+                        StreamEnd::Complete => {
+                            s.assemble(&out);
+                            s.end(None)
+                        }
                         StreamEnd::Truncated => {
                             let err = UpstreamError {
                                 class: ErrorClass::Connection,
@@ -477,7 +509,12 @@ impl Drop for LiveStream {
     fn drop(&mut self) {
         if let Some(tx) = self.report.take() {
             self.abort.abort();
-            let _ = tx.send(StreamReport { usage: self.translator.usage(), error: None, disconnected: true });
+            let _ = tx.send(StreamReport {
+                usage: self.translator.usage(),
+                error: None,
+                disconnected: true,
+                assembled: None,
+            });
         }
     }
 }

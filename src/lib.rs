@@ -36,6 +36,7 @@ pub mod retry;
 pub mod routes;
 pub mod selection;
 pub mod sse;
+pub mod stream_assembly;
 pub mod upstream;
 pub mod usage;
 pub mod usage_event;

@@ -44,6 +44,24 @@ fn identical_requests_make_one_upstream_call_also_streamed_and_per_tenant() {
 }
 
 #[test]
+fn a_streamed_answer_is_stored_and_serves_later_requests() {
+    let s = stack();
+    let url = s.url("/v1/chat/completions");
+    let body = json!({"model": "cached-stream", "temperature": 0, "stream": true,
+                      "messages": [{"role": "user", "content": "stream then cache"}]});
+    let first = stream(&url, KEY, &body);
+    assert!(first.done());
+    assert_eq!(first.headers.iter().find(|(k, _)| k == "x-gateway-cache").map(|(_, v)| v.as_str()), Some("miss"));
+    std::thread::sleep(Duration::from_millis(300));
+    let mut plain = body.clone();
+    plain["stream"] = json!(false);
+    let hit = post_with(&url, KEY, &plain, &[]);
+    assert_eq!(hit.header("x-gateway-cache"), Some("hit"), "{}", hit.body);
+    assert_eq!(hit.json()["choices"][0]["message"]["content"].as_str().unwrap(), first.text());
+    assert_eq!(s.mock_calls("e2e-cached-stream"), 1);
+}
+
+#[test]
 fn cache_is_skipped_when_the_request_or_route_says_so() {
     let s = stack();
     let url = s.url("/v1/chat/completions");
