@@ -65,12 +65,15 @@ pub enum Admit {
     Refused { code: RejectCode, retry_after_ms: u64 },
 }
 
-/// Admits one attempt with a deployment's limiter; a deployment without limits admits at once.
+/// Admits one attempt of `tenant`'s with a deployment's limiter; a deployment without limits
+/// admits at once.
+#[allow(clippy::too_many_arguments)]
 pub async fn admit(
     env: &Env,
     ctx: &Context,
     deployment_id: &str,
     deployment: &Deployment,
+    tenant: &str,
     reservation_id: String,
     estimate: TokenEstimate,
     max_wait_ms: u64,
@@ -78,16 +81,20 @@ pub async fn admit(
     let Some(limits) = &deployment.limits else {
         return Admit::Admitted(unlimited());
     };
-    admit_to(env, ctx, &object_name(deployment_id), limits, reservation_id, estimate, max_wait_ms).await
+    // Only a deployment sharing its capacity fairly needs to know who asks.
+    let tenant = limits.fair_share.as_ref().map(|_| tenant);
+    admit_to(env, ctx, &object_name(deployment_id), limits, tenant, reservation_id, estimate, max_wait_ms).await
 }
 
 /// Admits with the limiter object `object` under `limits`: locally against a lease when one
 /// covers the request, else one round trip (asking for a lease alongside).
+#[allow(clippy::too_many_arguments)]
 async fn admit_to(
     env: &Env,
     ctx: &Context,
     object: &str,
     limits: &Limits,
+    tenant: Option<&str>,
     reservation_id: String,
     estimate: TokenEstimate,
     max_wait_ms: u64,
@@ -118,6 +125,7 @@ async fn admit_to(
         max_wait_ms,
         lease: ask.clone(),
         tally: tally.clone(),
+        tenant: tenant.map(str::to_string),
     };
     match client::admit(&stub, request).await {
         Ok(AdmitDecision::Admitted { start_after_ms, remaining_requests, remaining_tokens, lease, .. }) => {
@@ -455,7 +463,7 @@ pub async fn admit_scopes(
     for (scope, object, limits) in layers {
         let max_wait_ms = rc.max_wait_ms.saturating_sub(now_ms().saturating_sub(started));
         let id = format!("{}:{}", rc.request_id, scope.as_str());
-        match admit_to(env, ctx, &object, limits, id, estimate, max_wait_ms).await {
+        match admit_to(env, ctx, &object, limits, None, id, estimate, max_wait_ms).await {
             Admit::Admitted(a) => scopes.held.borrow_mut().push(a),
             Admit::Refused { code, retry_after_ms } => {
                 scopes.release().await;

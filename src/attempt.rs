@@ -88,6 +88,7 @@ pub fn refusal_error(r: &Refusal) -> ApiError {
         RejectCode::BreakerOpen | RejectCode::HalfOpenProbeInFlight | RejectCode::Ramping => "an open circuit breaker",
         RejectCode::Paused => "a pause the vendor asked for",
         RejectCode::QuotaExhausted => "an exhausted vendor quota",
+        RejectCode::FairShare => "your tenant's fair share while other tenants use it too",
     };
     let (limit, scope, ms) = (r.code.as_str(), r.scope.as_str(), r.retry_after_ms);
     let message = match r.scope {

@@ -124,7 +124,9 @@ pub async fn completions(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Con
             };
             let reservation = format!("{}:{attempts_made}:{id}", rc.request_id);
             let admission =
-                match admission::admit(env, ctx, id, deployment, reservation, estimate, rc.max_wait_ms).await {
+                match admission::admit(env, ctx, id, deployment, &rc.key.tenant, reservation, estimate, rc.max_wait_ms)
+                    .await
+                {
                     Admit::Admitted(a) => a,
                     Admit::Refused { code, retry_after_ms } => {
                         log.refused(id, code.as_str(), retry_after_ms);

@@ -102,6 +102,7 @@ pub async fn create(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context)
             ctx,
             id,
             deployment,
+            &rc.key.tenant,
             format!("{}:{n}", rc.request_id),
             estimate,
             rc.max_wait_ms,

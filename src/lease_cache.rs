@@ -327,10 +327,10 @@ pub struct LeaseCache {
     deployments: HashMap<String, Local>,
 }
 
-/// Whether a deployment's limits allow leases at all: in-flight limits are counted by the
-/// object alone, so those deployments admit every request there.
+/// Whether a deployment's limits allow leases at all: in-flight limits and tenant fair shares are
+/// counted by the object alone, so those deployments admit every request there.
 pub fn leasable(limits: &Limits) -> bool {
-    limits.max_concurrent.is_none()
+    limits.max_concurrent.is_none() && limits.fair_share.is_none()
 }
 
 impl LeaseCache {

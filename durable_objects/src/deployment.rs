@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::breaker::{Breaker, BreakerState, BreakerStatus, Gate, Refusal};
 use crate::bucket::{Bucket, Refill};
+use crate::fair_share::TenantShares;
 use crate::leases::{Calls, LeaseCounts, LeaseStatus};
 use crate::limits::{Amounts, BucketKind, Limits};
 use crate::protocol::{
@@ -89,6 +90,8 @@ pub struct LimiterState {
     lease_counts: LeaseCounts,
     #[serde(default)]
     calls: Calls,
+    #[serde(default)]
+    shares: TenantShares,
 }
 
 impl Default for LimiterState {
@@ -109,6 +112,7 @@ impl LimiterState {
             leases: Ledger::default(),
             lease_counts: LeaseCounts::default(),
             calls: Calls::default(),
+            shares: TenantShares::default(),
         };
         state.apply_limits(&limits, now_ms);
         state
@@ -198,7 +202,11 @@ impl LimiterState {
         let outcome = self
             .check_pause(now_ms)
             .and_then(|()| self.breaker.check(&self.limits.breaker, now_ms, rand))
+            .and_then(|gate| self.check_fair_share(req.tenant.as_deref(), now_ms).map(|()| gate))
             .and_then(|gate| self.reserve(&req.id, wanted, req.max_wait_ms, gate, now_ms).map(|w| (w, gate)));
+        if let (Ok(_), Some(tenant), Some(cfg)) = (&outcome, req.tenant.as_deref(), self.limits.fair_share.as_ref()) {
+            self.shares.record(cfg, tenant, now_ms);
+        }
         match outcome {
             Ok((wait, gate)) => {
                 // A lease rides along only when this admission needed no place in line.
@@ -215,6 +223,17 @@ impl LimiterState {
                 AdmitDecision::Rejected { code: r.code, retry_after_ms: r.retry_after_ms, scope: Scope::Deployment }
             }
         }
+    }
+
+    /// Holds a tenant to its weighted share while other tenants use the deployment too.
+    fn check_fair_share(&mut self, tenant: Option<&str>, now_ms: u64) -> Result<(), Refusal> {
+        let (Some(cfg), Some(tenant), Some(rpm)) = (self.limits.fair_share.as_ref(), tenant, self.limits.rpm) else {
+            return Ok(());
+        };
+        self.shares.prune(cfg, now_ms);
+        self.shares
+            .check(cfg, tenant, rpm, now_ms)
+            .map_err(|retry_after_ms| Refusal { code: RejectCode::FairShare, retry_after_ms })
     }
 
     /// Takes `wanted` from every bucket plus a concurrency slot, or nothing; returns how long

@@ -7,6 +7,7 @@ pub mod bucket;
 pub mod budget;
 pub mod client;
 pub mod deployment;
+pub mod fair_share;
 pub mod idempotency;
 pub mod leases;
 pub mod limits;

@@ -31,6 +31,9 @@ pub struct Limits {
     pub reservation_ttl_ms: u64,
     /// How long `insufficient_quota` takes the deployment out of rotation.
     pub quota_pause_ms: u64,
+    /// Weighted fair share of `rpm` between tenants while more than one is active.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fair_share: Option<crate::fair_share::FairShareConfig>,
 }
 
 impl Default for Limits {
@@ -45,6 +48,7 @@ impl Default for Limits {
             breaker: BreakerConfig::default(),
             reservation_ttl_ms: 10 * MINUTE_MS,
             quota_pause_ms: 10 * MINUTE_MS,
+            fair_share: None,
         }
     }
 }

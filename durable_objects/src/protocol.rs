@@ -76,6 +76,9 @@ pub struct AdmitRequest {
     pub lease: Option<LeaseAsk>,
     #[serde(default, skip_serializing_if = "Tally::is_empty")]
     pub tally: Tally,
+    /// Who is asking, for the deployment's fair share between tenants.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -284,6 +287,8 @@ pub enum RejectCode {
     Ramping,
     Paused,
     QuotaExhausted,
+    /// The tenant already has its share of a deployment other tenants are using too.
+    FairShare,
 }
 
 impl RejectCode {
@@ -300,6 +305,7 @@ impl RejectCode {
             RejectCode::Ramping => "ramping",
             RejectCode::Paused => "paused",
             RejectCode::QuotaExhausted => "quota_exhausted",
+            RejectCode::FairShare => "fair_share",
         }
     }
 
@@ -437,6 +443,7 @@ mod tests {
             max_wait_ms: 500,
             lease: None,
             tally: Tally::default(),
+            tenant: None,
         });
         let v: serde_json::Value = serde_json::from_str(&encode_request(&req)).unwrap();
         assert_eq!(v["op"], "admit");
@@ -455,6 +462,7 @@ mod tests {
                 max_wait_ms: 0,
                 lease: None,
                 tally: Tally::default(),
+                tenant: None,
             })
         );
     }
@@ -601,6 +609,7 @@ mod tests {
             max_wait_ms: 0,
             lease: Some(LeaseAsk { id: "i.2".into(), want: Amounts::default() }),
             tally: Tally::default(),
+            tenant: None,
         });
         let v: serde_json::Value = serde_json::from_str(&encode_request(&admit)).unwrap();
         assert!(v.get("tally").is_none(), "an empty tally is left out: {v}");

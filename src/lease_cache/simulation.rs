@@ -196,6 +196,7 @@ impl World {
             max_wait_ms,
             lease: decision.ask.clone(),
             tally,
+            tenant: None,
         };
         self.send(i, LimiterRequest::Admit(request), Pending::Admit { ask: decision.ask, need, id });
     }

@@ -79,6 +79,7 @@ fn run(seed: u64, seen: &mut Seen) -> Vec<u64> {
                     max_wait_ms,
                     lease: None,
                     tally: Tally::default(),
+                    tenant: None,
                 };
                 let mut before = s.clone();
                 let before_status = before.status(now);

@@ -41,6 +41,10 @@ impl LimiterState {
         if self.limits.max_concurrent.is_some() {
             return LeaseDecision::Refused { code: RejectCode::Concurrency, retry_after_ms: LEASE_TTL_MS };
         }
+        if self.limits.fair_share.is_some() {
+            // Shares are counted per tenant by the object; a slice would let one tenant bypass them.
+            return LeaseDecision::Refused { code: RejectCode::FairShare, retry_after_ms: LEASE_TTL_MS };
+        }
         let held = self.leased();
         let rooms: Vec<(BucketKind, u64)> = self
             .buckets

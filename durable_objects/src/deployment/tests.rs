@@ -27,6 +27,7 @@ fn ask(id: &str, input: u64, output: u64, max_wait_ms: u64) -> AdmitRequest {
         max_wait_ms,
         lease: None,
         tally: Tally::default(),
+        tenant: None,
     }
 }
 
@@ -842,4 +843,23 @@ fn an_old_snapshot_reservation_is_released_except_for_the_day() {
     assert_eq!(release(&mut back, "a", T0), SettleMatch::Settled);
     assert_eq!(level(&mut back, BucketKind::Rpm, T0), 60);
     assert_eq!(level(&mut back, BucketKind::Rpd, T0), 4);
+}
+
+#[test]
+fn fair_share_holds_a_flooding_tenant_while_another_is_active() {
+    let share = crate::fair_share::FairShareConfig { burst_pct: 0, ..Default::default() };
+    let limits = Limits { rpm: Some(20), fair_share: Some(share), ..Limits::default() };
+    let mut s = LimiterState::new(limits, T0);
+    let as_tenant = |id: String, t: &str| AdmitRequest { tenant: Some(t.into()), ..ask(&id, 1, 1, 0) };
+    assert!(s.admit(&as_tenant("b0".into(), "b"), T0, 0).is_admitted());
+    let a = (0..30).filter(|i| s.admit(&as_tenant(format!("a{i}"), "a"), T0, 0).is_admitted()).count();
+    assert_eq!(a, 10, "a is held to half while b is active");
+    match s.admit(&as_tenant("a99".into(), "a"), T0, 0) {
+        AdmitDecision::Rejected { code: RejectCode::FairShare, retry_after_ms, .. } => assert!(retry_after_ms > 0),
+        d => panic!("{d:?}"),
+    }
+    let b = (1..10).filter(|i| s.admit(&as_tenant(format!("b{i}"), "b"), T0, 0).is_admitted()).count();
+    assert_eq!(b, 9, "b keeps its half");
+    let untagged = (0..5).filter(|i| s.admit(&ask(&format!("n{i}"), 1, 1, 0), T0, 0).is_admitted()).count();
+    assert_eq!(untagged, 0, "the bucket itself is empty now");
 }

@@ -56,6 +56,7 @@ fn admit_req(id: &str, lease: Option<LeaseAsk>) -> AdmitRequest {
         max_wait_ms: 0,
         lease,
         tally: Tally::default(),
+        tenant: None,
     }
 }
 

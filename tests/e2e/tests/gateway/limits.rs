@@ -149,3 +149,27 @@ fn a_burst_to_a_roomy_deployment_admits_locally_against_leases() {
     assert_eq!(after["leases"]["live"], 0, "every lease was handed back: {after}");
     assert_eq!(after["leases"]["held"]["rq"], 0, "{after}");
 }
+
+#[test]
+fn a_second_tenant_keeps_its_share_while_the_first_floods() {
+    let s = stack();
+    let url = s.url("/v1/chat/completions");
+    assert_eq!(post_with(&url, e2e::KEY_B, &hello("fair"), NO_WAIT).status, 200, "tenant b becomes active");
+    let flood: Vec<_> = (0..30)
+        .map(|_| std::thread::spawn(|| post_with(&stack().url("/v1/chat/completions"), KEY, &hello("fair"), NO_WAIT)))
+        .collect();
+    let flood: Vec<_> = flood.into_iter().map(|h| h.join().unwrap()).collect();
+    let a_ok = flood.iter().filter(|r| r.status == 200).count();
+    assert_eq!(a_ok, 10, "tenant a is held to half of rpm 20 while b is active");
+    for r in flood.iter().filter(|r| r.status != 200) {
+        assert_eq!(r.error(429)["code"], "deployment_fair_share", "{}", r.body);
+    }
+    let b: Vec<_> = (0..8)
+        .map(|_| {
+            std::thread::spawn(|| post_with(&stack().url("/v1/chat/completions"), e2e::KEY_B, &hello("fair"), NO_WAIT))
+        })
+        .collect();
+    let b_ok = b.into_iter().map(|h| h.join().unwrap()).filter(|r| r.status == 200).count();
+    assert_eq!(b_ok, 8, "tenant b still gets its share after the flood");
+    assert_eq!(s.mock_calls("e2e-fair"), 19);
+}
