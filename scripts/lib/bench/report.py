@@ -1,0 +1,431 @@
+#!/usr/bin/env python3
+"""Renders scripts/bench's results as markdown: prints it and, with --docs FILE, puts it between
+the markers in that file (the prose around them is kept).
+
+usage: report.py RESULTS_DIR [--docs docs/benchmarks.md]
+"""
+import json
+import os
+import re
+import statistics
+import sys
+
+BEGIN = "<!-- BEGIN scripts/bench output -->"
+END = "<!-- END scripts/bench output -->"
+
+# Where each target runs: the session whose processes serve it, and how it is labelled.
+TARGETS = {
+    "direct": ("mock", "direct to the mock vendor"),
+    "floor": ("floor", "floor: constant worker (JS)"),
+    "passthrough": ("floor", "passthrough worker (JS `fetch` to the mock)"),
+    "gateway": ("gateway", "gateway, model without limits"),
+    "gateway_limited": ("gateway", "gateway, model with limits (limiter DO)"),
+    "ni_passthrough": ("floor_ni", "passthrough worker (JS `fetch` to the mock)"),
+    "ni_gateway": ("gateway_ni", "gateway, model without limits"),
+    "mf_floor": ("miniflare", "floor: constant worker (JS)"),
+    "mf_passthrough": ("miniflare", "passthrough worker (JS `fetch` to the mock)"),
+    "mf_gateway": ("miniflare", "gateway, model without limits"),
+    "mf_gateway_limited": ("miniflare", "gateway, model with limits (limiter DO)"),
+    "workerd_floor": ("workerd", "floor: constant worker (JS)"),
+    "mf_gateway_nolog": ("miniflare", "experiment: gateway with `console.log` stubbed out"),
+    "mf_gateway_nolog_noqueue": ("miniflare", "experiment: gateway with `console.log` and the usage queue's `send` stubbed out"),
+}
+HARNESS = {"mock": "—", "floor": "wrangler dev", "gateway": "wrangler dev", "floor_ni": "wrangler dev, inspector detached ²",
+           "gateway_ni": "wrangler dev, inspector detached ²", "miniflare": "Miniflare", "workerd": "workerd serve"}
+WRANGLER_SESSIONS = ("gateway", "floor", "gateway_ni", "floor_ni")
+
+PORTKEY_RPS = 1635
+
+
+def load(path, default=None):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return default
+
+
+def wrk(results, name, conns):
+    try:
+        with open(os.path.join(results, f"{name}.c{conns}.out")) as f:
+            v = f.read().split()
+    except OSError:
+        return None
+    req, dur_us, sock, non2xx = (int(x) for x in v[:4])
+    p50, p90, p99, p999, mean = (float(x) / 1000 for x in v[4:9])
+    return {"req": req, "rps": req / (dur_us / 1e6), "sock": sock, "non2xx": non2xx,
+            "p50": p50, "p90": p90, "p99": p99, "p999": p999, "mean": mean}
+
+
+def roles_delta(results, tag, session):
+    before = load(os.path.join(results, f"{tag}.before.json"), {}).get(session, {})
+    after = load(os.path.join(results, f"{tag}.after.json"), {}).get(session, {})
+    return {r: after[r]["ticks"] - before.get(r, {"ticks": 0})["ticks"] for r in after}
+
+
+def runtime_role(session, role):
+    if session in WRANGLER_SESSIONS:
+        if role == "workerd-runtime":
+            return "runtime"
+        if role.startswith("workerd@"):
+            return "proxy"
+    elif role.startswith("workerd"):
+        return "runtime"
+    if role in ("node", "esbuild"):
+        return "node"
+    return "other"
+
+
+def cpu_per_request(results, name, conns, clk):
+    session = TARGETS[name][0]
+    w = wrk(results, name, conns)
+    if not w or not w["req"]:
+        return None
+    tag = f"{name}.c{conns}"
+    out = {"runtime": 0.0, "proxy": 0.0, "node": 0.0, "other": 0.0}
+    if session != "mock":
+        for role, ticks in roles_delta(results, tag, session).items():
+            out[runtime_role(session, role)] += ticks / clk * 1000 / w["req"]
+    mock = roles_delta(results, tag, "mock").get("mock", 0)
+    out["mock"] = mock / clk * 1000 / w["req"]
+    out["total"] = out["runtime"] + out["proxy"] + out["node"] + out["other"]
+    return out
+
+
+def peak_rss_mib(results, name, conns, which="runtime", port=None):
+    """Peak RSS (MiB) of the runtime workerd serving NAME during its run."""
+    session = TARGETS[name][0]
+    peak = 0
+    try:
+        lines = open(os.path.join(results, f"{name}.c{conns}.rss.ndjson")).read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        try:
+            snap = json.loads(line).get(session, {})
+        except ValueError:
+            continue
+        for role, v in snap.items():
+            if runtime_role(session, role) != which:
+                continue
+            if port is not None and role != f"workerd@{port}":
+                continue
+            peak = max(peak, v["rss_kb"])
+    return peak / 1024 if peak else None
+
+
+def idle_rss_mib(results, session, which="runtime", port=None):
+    snap = load(os.path.join(results, "idle.json"), {}).get(session, {})
+    kb = sum(v["rss_kb"] for r, v in snap.items()
+             if runtime_role(session, r) == which and (port is None or r == f"workerd@{port}"))
+    return kb / 1024 if kb else None
+
+
+def cpu_busy(path, cpu):
+    try:
+        for line in open(path):
+            f = line.split()
+            if f[0] == f"cpu{cpu}":
+                v = [int(x) for x in f[1:]]
+                return sum(v) - v[3] - v[4], sum(v)
+    except OSError:
+        pass
+    return None
+
+
+def others_share(results, meta):
+    """Share of the gateway CPU that processes other than this benchmark's used while it measured."""
+    cpu = meta.get("gateway_cpu", 0)
+    a, b = cpu_busy(os.path.join(results, "stat.start"), cpu), cpu_busy(os.path.join(results, "stat.end"), cpu)
+    start, end = load(os.path.join(results, "idle.json")), load(os.path.join(results, "end.json"))
+    if not (a and b and start and end):
+        return None
+    ours = 0
+    for session in ("gateway", "floor", "gateway_ni", "floor_ni", "miniflare", "workerd"):
+        for role, v in end.get(session, {}).items():
+            ours += v["ticks"] - start.get(session, {}).get(role, {"ticks": 0})["ticks"]
+    busy, total = b[0] - a[0], b[1] - a[1]
+    return max(0, busy - ours) / total if total else None
+
+
+def ms(x):
+    if x is None:
+        return "—"
+    return f"{x:.3f}" if x < 1 else (f"{x:.2f}" if x < 10 else f"{x:.1f}")
+
+
+def signed(x):
+    if x is None:
+        return "—"
+    return ("+" if x >= 0 else "−") + ms(abs(x))
+
+
+def rps(x):
+    return "—" if x is None else f"{x:,.0f}"
+
+
+def ratio(a, b):
+    if a is None or b is None or b == 0:
+        return "—"
+    r = a / b
+    return f"{r:.3f}×" if r < 0.1 else (f"{r:.2f}×" if r < 10 else f"{r:.0f}×")
+
+
+def pct(values, p):
+    if not values:
+        return None
+    s = sorted(values)
+    k = (len(s) - 1) * p / 100
+    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def yes(ok):
+    return "**yes**" if ok else "**no**"
+
+
+def render(results):
+    meta = load(os.path.join(results, "meta.json"), {})
+    conns = meta.get("conns", 16)
+    clk = meta.get("clk_tck", 100)
+    W = {n: {c: wrk(results, n, c) for c in (1, conns)} for n in TARGETS}
+    S = {n: load(os.path.join(results, f"stream.{n}.json")) for n in
+         ("direct", "passthrough", "gateway", "mf_passthrough", "mf_gateway")}
+    out = []
+    p = out.append
+
+    p(f"### Run of {meta.get('date', '?')}")
+    p("")
+    dirty = " with uncommitted changes" if meta.get("dirty") else ""
+    others = others_share(results, meta)
+    others_txt = "" if others is None else (f" Other processes used {others:.0%} of CPU {meta.get('gateway_cpu')} (the gateway's) "
+                                            "while this run measured (from /proc/stat minus this benchmark's own processes).")
+    p(f"- Machine: {meta.get('nproc')} × {meta.get('cpu')} (`nproc` {meta.get('nproc')}), Linux {meta.get('kernel')}; "
+      f"**load average {meta.get('load_start')}** when measuring began, {meta.get('load_end')} when it ended "
+      f"(the benchmark itself keeps both CPUs busy).{others_txt}")
+    p(f"- Build: commit `{meta.get('commit')}`{dirty}; release wasm {meta.get('wasm_bytes', 0) / 1e6:.2f} MB "
+      f"({meta.get('wasm_gzip_bytes', 0) / 1e6:.2f} MB gzip -9), JS glue {meta.get('js_bytes', 0) / 1e3:.0f} kB.")
+    p(f"- Runtimes: wrangler {meta.get('wrangler')} (`wrangler dev --log-level warn`, local), Miniflare {meta.get('miniflare')} "
+      f"(the same built worker and wrangler.toml, no dev proxy, no inspector), workerd {meta.get('workerd')}.")
+    p(f"- Load: {meta.get('wrk')}, 1 thread, `--latency`; {meta.get('duration_s')} s per run after a {meta.get('warmup_s')} s warm-up; "
+      f"c=1 and c={conns} keep-alive connections. The gateway's and the floors' process trees are pinned to CPU "
+      f"{meta.get('gateway_cpu')} (`taskset`), wrk and the mock vendor to CPU {meta.get('load_cpu')}.")
+    p(f"- Request: `POST /v1/chat/completions`, body `{meta.get('body')}`; the mock answers an 8-word completion "
+      f"(OpenAI format) at once. Streaming: `delay_ms={meta.get('stream_delay_ms')}` before each of the mock's events, "
+      f"`words={meta.get('stream_words')}`, {meta.get('stream_runs')} runs per target on fresh connections (after 3 warm-ups).")
+    p("")
+
+    # ---- Headline ------------------------------------------------------------------------------
+    p(f"| wrangler dev, as the issue measures it | direct | floor | gateway | gateway − floor | gateway / floor | gateway / direct | target | met |")
+    p("|---|---:|---:|---:|---:|---:|---:|---|---|")
+    checks = []
+
+    def latency_rows(prefix, d, f, g, label):
+        rows = []
+        for key, conn, unit, target in (("p50", 1, "ms", 0.3), ("p90", 1, "ms", None), ("p99", 1, "ms", 1.0)):
+            a, b, c = (x[conn][key] if x[conn] else None for x in (d, f, g))
+            added = c - b if b is not None and c is not None else None
+            tgt, met = "", ""
+            if target is not None and added is not None:
+                tgt = f"added < {target} ms"
+                met = yes(added < target)
+                checks.append((f"{label}: added {key} at c=1 < {target} ms", added < target, added))
+            rows.append(f"| {prefix}c=1 {key} (ms) | {ms(a)} | {ms(b)} | {ms(c)} | {signed(added)} | {ratio(c, b)} | {ratio(c, a)} | {tgt} | {met} |")
+        a, b, c = (x[conns]["rps"] if x[conns] else None for x in (d, f, g))
+        ok = None if b is None or c is None else (c >= 0.8 * b and c > PORTKEY_RPS)
+        if ok is not None:
+            checks.append((f"{label}: c={conns} ≥ 80% of the floor and > {PORTKEY_RPS:,} req/s", ok, c / b))
+        rows.append(f"| {prefix}c={conns} req/s | {rps(a)} | {rps(b)} | {rps(c)} | {'—' if b is None or c is None else f'{(c - b):+,.0f}'.replace('-', '−')} "
+                    f"| {ratio(c, b)} | {ratio(c, a)} | ≥ 0.80× floor, > {PORTKEY_RPS:,} | {'' if ok is None else yes(ok)} |")
+        for key in ("p50", "p99"):
+            a, b, c = (x[conns][key] if x[conns] else None for x in (d, f, g))
+            added = c - b if b is not None and c is not None else None
+            rows.append(f"| {prefix}c={conns} {key} (ms) | {ms(a)} | {ms(b)} | {ms(c)} | {signed(added)} | {ratio(c, b)} | {ratio(c, a)} | | |")
+        return rows
+
+    for r in latency_rows("", W["direct"], W["floor"], W["gateway"], "wrangler dev"):
+        p(r)
+
+    def stream_rows(prefix, passthrough, gateway, label):
+        rows = []
+        d, f, g = S["direct"], S[passthrough], S[gateway]
+        for key, title in (("ttfb_ms", "first byte (first event)"), ("ttft_ms", "first token (first text event)"),
+                           ("ttlb_ms", "last byte")):
+            a, b, c = (pct(x[key], 50) if x and key in x else None for x in (d, f, g))
+            added = c - a if a is not None and c is not None else None
+            tgt, met = "", ""
+            if key in ("ttfb_ms", "ttft_ms") and added is not None:
+                tgt, met = "added < 1 ms over direct", yes(added < 1.0)
+                checks.append((f"{label}: streaming, {title} added < 1 ms at p50", added < 1.0, added))
+            rows.append(f"| {prefix}stream: {title} p50 (ms) | {ms(a)} | {ms(b)} ¹ | {ms(c)} | {signed(c - b if b is not None and c is not None else None)} "
+                        f"| {ratio(c, b)} | {ratio(c, a)} ({signed(added)}) | {tgt} | {met} |")
+        return rows
+
+    for r in stream_rows("", "passthrough", "gateway", "wrangler dev"):
+        p(r)
+    p(f"| **Miniflare, no dev proxy** | | | | | | | | |")
+    for r in latency_rows("", W["direct"], W["mf_floor"], W["mf_gateway"], "Miniflare"):
+        p(r)
+    for r in stream_rows("", "mf_passthrough", "mf_gateway", "Miniflare"):
+        p(r)
+    p("")
+    p("¹ For streams the floor column is the passthrough worker (a constant worker cannot stream the mock's events).")
+    p("")
+
+    # ---- Limiter -------------------------------------------------------------------------------
+    p("**The limiter** (the same gateway model with and without `limits`, so the deployment's Durable Object is on the path):")
+    p("")
+    p(f"| harness | c=1 p50 without → with (ms) | added p50 | c=1 p99 without → with (ms) | c={conns} req/s without → with | with / without |")
+    p("|---|---|---:|---|---|---:|")
+    for label, a, b in (("wrangler dev", "gateway", "gateway_limited"), ("Miniflare", "mf_gateway", "mf_gateway_limited")):
+        x1, y1, xc, yc = W[a][1], W[b][1], W[a][conns], W[b][conns]
+        if not (x1 and y1 and xc and yc):
+            continue
+        p(f"| {label} | {ms(x1['p50'])} → {ms(y1['p50'])} | {signed(y1['p50'] - x1['p50'])} | {ms(x1['p99'])} → {ms(y1['p99'])} "
+          f"| {rps(xc['rps'])} → {rps(yc['rps'])} | {ratio(yc['rps'], xc['rps'])} |")
+        checks.append((f"{label}: the limiter adds no DO round trip (with/without ≥ 0.95 at c={conns})", yc["rps"] >= 0.95 * xc["rps"], yc["rps"] / xc["rps"]))
+    p("")
+    p("If every limited request made a round trip to the deployment's DO, the rate with limits would sit near what one "
+      "DO decides per second (about 400–600 on this machine, docs/limiter.md) and c=1 p50 would grow by the round trip "
+      "(about 2.7 ms); equal figures mean a warm isolate admits locally, against a lease.")
+    p("")
+
+    # ---- Memory --------------------------------------------------------------------------------
+    p("**Memory** (resident set of the workerd process that runs the worker; it holds the whole runtime, not only the isolate):")
+    p("")
+    p("| | idle, after warm-up (MiB) | peak under c=%d (MiB) |" % conns)
+    p("|---|---:|---:|")
+    p(f"| wrangler dev: floor | {ms(idle_rss_mib(results, 'floor'))} | {ms(peak_rss_mib(results, 'floor', conns))} |")
+    p(f"| wrangler dev: gateway | {ms(idle_rss_mib(results, 'gateway'))} | {ms(peak_rss_mib(results, 'gateway', conns))} |")
+    p(f"| wrangler dev: gateway's dev proxy (workerd) | {ms(idle_rss_mib(results, 'gateway', 'proxy'))} | {ms(peak_rss_mib(results, 'gateway', conns, 'proxy'))} |")
+    p(f"| wrangler dev: gateway's node (wrangler) | {ms(idle_rss_mib(results, 'gateway', 'node'))} | {ms(peak_rss_mib(results, 'gateway', conns, 'node'))} |")
+    p(f"| plain workerd: floor | {ms(idle_rss_mib(results, 'workerd'))} | {ms(peak_rss_mib(results, 'workerd_floor', conns))} |")
+    mem = (load(os.path.join(results, "profile.json")) or {}).get("memory") or {}
+    if "js_heap_used" in mem:
+        wasm = sum(mem.get("wasm_memories") or [])
+        p(f"| Miniflare: the gateway's isolate, V8 JS heap used (of total), right after the profiled c={conns} run | — | "
+          f"{mem['js_heap_used'] / 2**20:.1f} (of {mem['js_heap_total'] / 2**20:.1f}) |")
+        p(f"| Miniflare: the gateway's isolate, wasm linear memory (the Rust heap; {len(mem.get('wasm_memories') or [])} "
+          f"`WebAssembly.Memory`), same moment | — | {wasm / 2**20:.1f} |")
+    p(f"| wasm bundle `build/index_bg.wasm` | {meta.get('wasm_bytes', 0) / 2**20:.2f} MiB raw | {meta.get('wasm_gzip_bytes', 0) / 2**20:.2f} MiB gzip |")
+    p("")
+
+    # ---- Every target --------------------------------------------------------------------------
+    p("**Every target** (latency in ms; CPU = CPU time per request on the gateway's core, from `/proc/<pid>/stat` "
+      f"before and after the c={conns} run, split by process; errors = socket errors + non-2xx over both runs):")
+    p("")
+    p(f"| target | harness | c=1 p50 | c=1 p90 | c=1 p99 | c={conns} req/s | c={conns} p50 | c={conns} p99 | CPU ms/req: runtime | dev proxy | node | mock | errors |")
+    p("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, (session, label) in TARGETS.items():
+        a, b = W[name][1], W[name][conns]
+        if not a and not b:
+            continue
+        cpu = cpu_per_request(results, name, conns, clk) or {}
+        errs = sum((x["sock"] + x["non2xx"]) for x in (a, b) if x)
+        g = lambda x, k: ms(x[k]) if x else "—"
+        p(f"| {label} | {HARNESS[session]} | {g(a, 'p50')} | {g(a, 'p90')} | {g(a, 'p99')} | {rps(b['rps'] if b else None)} | "
+          f"{g(b, 'p50')} | {g(b, 'p99')} | {ms(cpu.get('runtime')) if session != 'mock' else '—'} | "
+          f"{ms(cpu.get('proxy')) if session in WRANGLER_SESSIONS else '—'} | {ms(cpu.get('node')) if session != 'mock' else '—'} | "
+          f"{ms(cpu.get('mock'))} | {errs} |")
+    p("")
+    p("² `VSCODE_INSPECTOR_OPTIONS` set, which makes wrangler 4.86 leave its inspector proxy unattached to the runtime "
+      "(it thinks VS Code's debugger owns it): the same `wrangler dev` otherwise.")
+    p("")
+    base, nolog, noq = (W.get(n, {}).get(conns) for n in ("mf_gateway", "mf_gateway_nolog", "mf_gateway_nolog_noqueue"))
+    if base and nolog:
+        line = (f"The two experiments patch the copied bundle's JS glue (nothing else changes): without the per-request "
+                f"`console.log` the gateway serves {rps(nolog['rps'])} req/s at c={conns} ({nolog['rps'] / base['rps'] - 1:+.0%} over "
+                f"{rps(base['rps'])})")
+        b1, n1 = W["mf_gateway"][1], W["mf_gateway_nolog"][1]
+        if b1 and n1:
+            line += f" and c=1 p50 moves {signed(n1['p50'] - b1['p50'])} ms"
+        if noq:
+            line += (f"; without the usage queue's `send` as well, {rps(noq['rps'])} req/s ({noq['rps'] / base['rps'] - 1:+.0%})")
+        p(line + ".")
+        p("")
+    p("**Streams** (ms; p50 / p90 over the runs):")
+    p("")
+    p("| target | harness | first byte | first token | last byte | events | socket reads per response (median) |")
+    p("|---|---|---:|---:|---:|---:|---:|")
+    for name, label, harness in (("direct", "direct to the mock vendor", "—"), ("passthrough", "passthrough worker", "wrangler dev"),
+                                 ("gateway", "gateway", "wrangler dev"), ("mf_passthrough", "passthrough worker", "Miniflare"),
+                                 ("mf_gateway", "gateway", "Miniflare")):
+        x = S[name]
+        if not x:
+            continue
+        p(f"| {label} | {harness} | {ms(pct(x['ttfb_ms'], 50))} / {ms(pct(x['ttfb_ms'], 90))} | "
+          f"{ms(pct(x.get('ttft_ms'), 50))} / {ms(pct(x.get('ttft_ms'), 90))} | "
+          f"{ms(pct(x['ttlb_ms'], 50))} / {ms(pct(x['ttlb_ms'], 90))} | {statistics.median(x['events']):.0f} | {statistics.median(x['reads']):.0f} |")
+    p("")
+
+    # ---- Profile -------------------------------------------------------------------------------
+    prof = load(os.path.join(results, "profile.json"))
+    if prof:
+        total = prof["total_ms"] or 1
+        p(f"**V8 CPU profile** of the gateway isolate under Miniflare at c={conns} ({prof['samples']:,} samples at "
+          f"{prof['interval_us']} µs; the profiler itself slows the isolate down, so read shares, not absolute times):")
+        p("")
+        p("| where | share of samples |")
+        p("|---|---:|")
+        for cat, v in prof["categories"].items():
+            p(f"| {cat} | {v / total:.0%} |")
+        p("")
+        p("| function (inclusive: itself and what it calls) | share |")
+        p("|---|---:|")
+        shown = 0
+        for name, v in prof["inclusive"]:
+            if name.startswith(("(root)", "wasm_bindgen::convert", "js_sys::futures", "js-to-wasm", "wasm-to-js", "(anonymous)")):
+                continue
+            if re.match(r"^[A-Za-z_$]{1,3} \[js", name):  # minified wasm-bindgen glue
+                continue
+            if "shim" in name or "catch wrapper" in name:
+                continue
+            p(f"| `{name[:110]}` | {v / total:.0%} |")
+            shown += 1
+            if shown >= 14:
+                break
+        p("")
+        p("| function (self time) | share | called from |")
+        p("|---|---:|---|")
+        for entry in prof["self"][:12]:
+            name, v = entry[0], entry[1]
+            callers = ", ".join(f"`{c[:70]}`" for c, _ in (entry[2] if len(entry) > 2 else [])[:2])
+            p(f"| `{name[:90]}` | {v / total:.0%} | {callers} |")
+        p("")
+
+    # ---- Targets -------------------------------------------------------------------------------
+    p("**Targets (issue 8)**, as measured in this run:")
+    p("")
+    for label, ok, value in checks:
+        p(f"- {'met' if ok else 'NOT met'}: {label} (measured {value:.3g})")
+    p("")
+    return "\n".join(out)
+
+
+def write_docs(path, body):
+    block = f"{BEGIN}\n{body}\n{END}"
+    try:
+        text = open(path).read()
+    except OSError:
+        text = "# Benchmarks\n\n"
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        tail = rest.split(END, 1)[1]
+        text = head + block + tail
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def main():
+    results = sys.argv[1]
+    body = render(results)
+    print(body)
+    if "--docs" in sys.argv:
+        write_docs(sys.argv[sys.argv.index("--docs") + 1], body)
+        print(f"\n(written to {sys.argv[sys.argv.index('--docs') + 1]})", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
