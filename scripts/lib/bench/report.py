@@ -26,6 +26,7 @@ TARGETS = {
     "mf_passthrough": ("miniflare", "passthrough worker (JS `fetch` to the mock)"),
     "mf_gateway": ("miniflare", "gateway, model without limits"),
     "mf_gateway_limited": ("miniflare", "gateway, model with limits (limiter DO)"),
+    "mf_gateway_do": ("miniflare", "gateway, limits with every request through the DO (no leases)"),
     "workerd_floor": ("workerd", "floor: constant worker (JS)"),
     "mf_gateway_nolog": ("miniflare", "experiment: gateway with `console.log` stubbed out"),
     "mf_gateway_nolog_noqueue": ("miniflare", "experiment: gateway with `console.log` and the usage queue's `send` stubbed out"),
@@ -284,6 +285,15 @@ def render(results):
         p(f"| {label} | {ms(x1['p50'])} → {ms(y1['p50'])} | {signed(y1['p50'] - x1['p50'])} | {ms(x1['p99'])} → {ms(y1['p99'])} "
           f"| {rps(xc['rps'])} → {rps(yc['rps'])} | {ratio(yc['rps'], xc['rps'])} |")
         checks.append((f"{label}: the limiter adds no DO round trip (with/without ≥ 0.95 at c={conns})", yc["rps"] >= 0.95 * xc["rps"], yc["rps"] / xc["rps"]))
+    a, b = "mf_gateway", "mf_gateway_do"
+    if W.get(a) and W.get(b) and W[a].get(1) and W[b].get(1) and W[a].get(conns) and W[b].get(conns):
+        x1, y1, xc, yc = W[a][1], W[b][1], W[a][conns], W[b][conns]
+        p(f"| Miniflare, every request admitted and settled at the DO (leases off) | {ms(x1['p50'])} → {ms(y1['p50'])} "
+          f"| {signed(y1['p50'] - x1['p50'])} | {ms(x1['p99'])} → {ms(y1['p99'])} | {rps(xc['rps'])} → {rps(yc['rps'])} "
+          f"| {ratio(yc['rps'], xc['rps'])} |")
+        p("")
+        p(f"The last row is one DO's admit+settle rate through the whole gateway: {rps(yc['rps'])} requests/s, two DO "
+          f"calls each, i.e. about {rps(2 * yc['rps'])} decisions/s, and the round trips add {signed(y1['p50'] - x1['p50'])} ms at c=1 p50.")
     p("")
     p("If every limited request made a round trip to the deployment's DO, the rate with limits would sit near what one "
       "DO decides per second (about 400–600 on this machine, docs/limiter.md) and c=1 p50 would grow by the round trip "
