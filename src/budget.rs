@@ -9,7 +9,7 @@
 //! costs nothing here: no object is called.
 
 use crate::api_error::ApiError;
-use crate::config_store::{cache_ttl_ms, CONFIG_BINDING};
+use crate::config_store::{cached_doc, DocPolicy, DocSlot};
 use crate::estimate;
 use crate::outcome::RequestOutcome;
 use crate::pricing::PriceTable;
@@ -192,54 +192,17 @@ impl BudgetClaim {
     }
 }
 
-struct CachedBudgets {
-    table: Option<Rc<BudgetTable>>,
-    raw: Option<String>,
-    fetched_ms: u64,
-}
-
 thread_local! {
-    static BUDGETS: RefCell<Option<CachedBudgets>> = const { RefCell::new(None) };
+    static BUDGETS_SLOT: RefCell<DocSlot<BudgetTable>> = const { RefCell::new(DocSlot::new()) };
 }
 
-/// The budget table, re-read from KV after the config TTL. No key means no budgets; an invalid
-/// or unreadable table never replaces the last good one.
+const BUDGETS: DocPolicy =
+    DocPolicy { kv_key: BUDGETS_KV_KEY, name: "budget_table", clear_when_missing: true, retry_until_loaded: false };
+
+/// The budget table. No key means no budgets; an invalid or unreadable table never replaces the
+/// last good one.
 pub async fn budget_table(env: &Env, now_ms: u64) -> Option<Rc<BudgetTable>> {
-    let ttl = cache_ttl_ms(env);
-    let fresh = BUDGETS
-        .with(|b| b.borrow().as_ref().filter(|c| now_ms.saturating_sub(c.fetched_ms) < ttl).map(|c| c.table.clone()));
-    if let Some(table) = fresh {
-        return table;
-    }
-    let raw = match env.kv(CONFIG_BINDING) {
-        Ok(kv) => kv.get(BUDGETS_KV_KEY).text().await.map_err(|e| e.to_string()),
-        Err(e) => Err(e.to_string()),
-    };
-    BUDGETS.with(|b| {
-        let mut slot = b.borrow_mut();
-        let cached = slot.get_or_insert_with(|| CachedBudgets { table: None, raw: None, fetched_ms: 0 });
-        cached.fetched_ms = now_ms;
-        match raw {
-            Err(e) => crate::log::error(
-                serde_json::json!({"event": "budget_table_unavailable", "error": e, "serving_last_good": cached.table.is_some()}),
-            ),
-            Ok(None) => {
-                cached.table = None;
-                cached.raw = None;
-            }
-            Ok(Some(text)) if cached.raw.as_deref() == Some(text.as_str()) => {}
-            Ok(Some(text)) => {
-                match BudgetTable::parse(&text) {
-                    Ok(table) => cached.table = Some(Rc::new(table)),
-                    Err(errors) => crate::log::error(
-                        serde_json::json!({"event": "budget_table_rejected", "errors": errors, "serving_last_good": cached.table.is_some()}),
-                    ),
-                }
-                cached.raw = Some(text);
-            }
-        }
-        cached.table.clone()
-    })
+    cached_doc(&BUDGETS_SLOT, &BUDGETS, env, now_ms, BudgetTable::parse).await
 }
 
 fn now_ms() -> u64 {

@@ -52,7 +52,11 @@ pub async fn completions(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Con
     outcome.describe(&chat);
     let soft_budget = budget::admit(env, ctx, &rc, &mut outcome, &chain, deadline).await?;
     // Key, then tenant, before any deployment: released again if no deployment takes the request.
-    let need = scope_estimate(chat.text_chars(), chat.messages.len(), chat.max_output_tokens(), &chain);
+    // What the request is made of is computed once, not per candidate.
+    let text_chars = outcome.shape.as_ref().map_or_else(|| chat.text_chars(), |s| s.text_chars);
+    let max_output = chat.max_output_tokens();
+    let (needs_tools, needs_json, needs_vision) = (chat.needs_tools(), chat.needs_json(), chat.needs_vision());
+    let need = scope_estimate(text_chars, chat.messages.len(), max_output, &chain);
     let scopes = match admission::admit_scopes(env, ctx, &rc, need).await {
         Ok(scopes) => scopes,
         Err(refused) => {
@@ -73,17 +77,13 @@ pub async fn completions(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Con
             if attempts_made >= policy.max_attempts.max(1) {
                 break 'rounds;
             }
-            let estimate = estimate::estimate(
-                chat.text_chars(),
-                chat.messages.len(),
-                chat.max_output_tokens(),
-                deployment.default_max_tokens,
-            );
+            let estimate =
+                estimate::estimate(text_chars, chat.messages.len(), max_output, deployment.default_max_tokens);
             let needs = Needs {
-                tools: chat.needs_tools(),
-                json_mode: chat.needs_json(),
-                vision: chat.needs_vision(),
-                context_tokens: estimate.input + chat.max_output_tokens().unwrap_or(0),
+                tools: needs_tools,
+                json_mode: needs_json,
+                vision: needs_vision,
+                context_tokens: estimate.input + max_output.unwrap_or(0),
             };
             match selection::gate(&deployment.capabilities, &needs) {
                 Gate::Skip(missing) => {

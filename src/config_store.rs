@@ -16,13 +16,6 @@ const DEFAULT_TTL_MS: u64 = 5_000;
 const MAX_CACHED_KEYS: usize = 10_000;
 const MAX_CACHED_TENANTS: usize = 10_000;
 
-struct CachedTable {
-    table: Option<Rc<RouteTable>>,
-    raw: String,
-    fetched_ms: u64,
-    problem: Option<String>,
-}
-
 struct CachedKey {
     record: Option<Rc<KeyRecord>>,
     fetched_ms: u64,
@@ -34,14 +27,110 @@ struct CachedTenant {
     fetched_ms: u64,
 }
 
+/// One JSON document in CONFIG KV (route table, prices, budgets), cached per isolate for the
+/// config TTL. A document that fails to parse or cannot be read never replaces the last good one.
+pub struct DocSlot<T> {
+    doc: Option<Rc<T>>,
+    raw: Option<String>,
+    fetched_ms: Option<u64>,
+    problem: Option<String>,
+}
+
+impl<T> Default for DocSlot<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> DocSlot<T> {
+    pub const fn new() -> Self {
+        DocSlot { doc: None, raw: None, fetched_ms: None, problem: None }
+    }
+}
+
+/// How one document behaves when it is absent or unreadable.
+pub struct DocPolicy {
+    pub kv_key: &'static str,
+    /// Log events are `<name>_unavailable` and `<name>_rejected`.
+    pub name: &'static str,
+    /// Deleting the key turns the feature off (budgets) instead of keeping the last good copy.
+    pub clear_when_missing: bool,
+    /// Without a good copy yet, ask KV again on every call instead of once per TTL.
+    pub retry_until_loaded: bool,
+}
+
+pub async fn cached_doc<T>(
+    slot: &'static std::thread::LocalKey<RefCell<DocSlot<T>>>,
+    policy: &DocPolicy,
+    env: &Env,
+    now_ms: u64,
+    parse: impl FnOnce(&str) -> Result<T, Vec<String>>,
+) -> Option<Rc<T>> {
+    let ttl = cache_ttl_ms(env);
+    let fresh = slot.with(|s| {
+        let s = s.borrow();
+        let recent = s.fetched_ms.is_some_and(|at| now_ms.saturating_sub(at) < ttl);
+        (recent && (s.doc.is_some() || !policy.retry_until_loaded)).then(|| s.doc.clone())
+    });
+    if let Some(doc) = fresh {
+        return doc;
+    }
+    let raw = match env.kv(CONFIG_BINDING) {
+        Ok(kv) => kv.get(policy.kv_key).text().await.map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    slot.with(|s| {
+        let mut s = s.borrow_mut();
+        s.fetched_ms = Some(now_ms);
+        match raw {
+            Err(e) => {
+                let problem = format!("reading KV key '{}' failed: {e}", policy.kv_key);
+                crate::log::error(serde_json::json!({"event": format!("{}_unavailable", policy.name), "error": problem, "serving_last_good": s.doc.is_some()}));
+                s.problem = Some(problem);
+            }
+            Ok(None) if policy.clear_when_missing => *s = DocSlot { fetched_ms: Some(now_ms), ..DocSlot::new() },
+            Ok(None) => s.problem = Some(format!("KV key '{}' is missing", policy.kv_key)),
+            Ok(Some(text)) if s.raw.as_deref() == Some(text.as_str()) => {}
+            Ok(Some(text)) => {
+                match parse(&text) {
+                    Ok(doc) => {
+                        s.doc = Some(Rc::new(doc));
+                        s.problem = None;
+                    }
+                    Err(errors) => {
+                        let joined = errors.join("; ");
+                        crate::log::error(serde_json::json!({"event": format!("{}_rejected", policy.name), "errors": joined, "serving_last_good": s.doc.is_some()}));
+                        s.problem = Some(joined);
+                    }
+                }
+                s.raw = Some(text);
+            }
+        }
+        s.doc.clone()
+    })
+}
+
 thread_local! {
-    static TABLE: RefCell<Option<CachedTable>> = const { RefCell::new(None) };
+    static TABLE: RefCell<DocSlot<RouteTable>> = const { RefCell::new(DocSlot::new()) };
     static KEYS: RefCell<HashMap<String, CachedKey>> = RefCell::new(HashMap::new());
     static TENANTS: RefCell<HashMap<String, CachedTenant>> = RefCell::new(HashMap::new());
 }
 
+thread_local! {
+    static TTL_MS: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+}
+
+/// Read once per isolate: vars are fixed for an isolate's life, and every lookup asks for it.
 pub fn cache_ttl_ms(env: &Env) -> u64 {
-    env.var("CONFIG_CACHE_TTL_MS").ok().and_then(|v| v.to_string().parse().ok()).unwrap_or(DEFAULT_TTL_MS)
+    TTL_MS.with(|t| match t.get() {
+        Some(ttl) => ttl,
+        None => {
+            let ttl =
+                env.var("CONFIG_CACHE_TTL_MS").ok().and_then(|v| v.to_string().parse().ok()).unwrap_or(DEFAULT_TTL_MS);
+            t.set(Some(ttl));
+            ttl
+        }
+    })
 }
 
 /// What the status endpoint reports about the route table.
@@ -52,59 +141,28 @@ pub struct TableHealth {
 }
 
 pub fn table_health(now_ms: u64) -> TableHealth {
-    TABLE.with(|t| match &*t.borrow() {
-        Some(c) => TableHealth {
-            loaded: c.table.is_some(),
-            problem: c.problem.clone(),
-            age_ms: now_ms.saturating_sub(c.fetched_ms),
-        },
-        None => TableHealth { loaded: false, problem: None, age_ms: 0 },
+    TABLE.with(|t| {
+        let t = t.borrow();
+        TableHealth {
+            loaded: t.doc.is_some(),
+            problem: t.problem.clone(),
+            age_ms: t.fetched_ms.map_or(0, |at| now_ms.saturating_sub(at)),
+        }
     })
 }
 
+const ROUTES: DocPolicy =
+    DocPolicy { kv_key: ROUTES_KV_KEY, name: "route_table", clear_when_missing: false, retry_until_loaded: true };
+
 pub async fn route_table(env: &Env, now_ms: u64) -> Result<Rc<RouteTable>, ApiError> {
-    let ttl = cache_ttl_ms(env);
-    let fresh = TABLE.with(|t| {
-        t.borrow().as_ref().and_then(|c| (now_ms.saturating_sub(c.fetched_ms) < ttl).then(|| c.table.clone())).flatten()
-    });
-    if let Some(table) = fresh {
-        return Ok(table);
-    }
-    let kv = env.kv(CONFIG_BINDING).map_err(|e| ApiError::internal(format!("KV binding {CONFIG_BINDING}: {e}")))?;
-    let raw = kv.get(ROUTES_KV_KEY).text().await;
-    TABLE.with(|t| {
-        let mut slot = t.borrow_mut();
-        let cached = slot.get_or_insert_with(|| CachedTable { table: None, raw: String::new(), fetched_ms: 0, problem: None });
-        cached.fetched_ms = now_ms;
-        match raw {
-            Err(e) => cached.problem = Some(format!("reading KV key '{ROUTES_KV_KEY}' failed: {e}")),
-            Ok(None) => cached.problem = Some(format!("KV key '{ROUTES_KV_KEY}' is missing")),
-            Ok(Some(text)) if text == cached.raw && cached.table.is_some() => {}
-            Ok(Some(text)) => match RouteTable::parse(&text) {
-                Ok(table) => {
-                    cached.table = Some(Rc::new(table));
-                    cached.problem = None;
-                    cached.raw = text;
-                }
-                Err(errors) => {
-                    let joined = errors.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; ");
-                    crate::log::error(serde_json::json!({"event": "route_table_rejected", "errors": joined, "serving_last_good": cached.table.is_some()})
-                    );
-                    cached.problem = Some(joined);
-                    cached.raw = text;
-                }
-            },
+    let parse = |text: &str| RouteTable::parse(text).map_err(|errors| errors.iter().map(|e| e.to_string()).collect());
+    match cached_doc(&TABLE, &ROUTES, env, now_ms, parse).await {
+        Some(table) => Ok(table),
+        None => {
+            let problem = TABLE.with(|t| t.borrow().problem.clone()).unwrap_or_else(|| "not loaded".into());
+            Err(ApiError::unavailable("no_route_table", format!("The gateway has no valid route table: {problem}")))
         }
-        cached.table.clone().ok_or_else(|| {
-            ApiError::unavailable(
-                "no_route_table",
-                format!(
-                    "The gateway has no valid route table: {}",
-                    cached.problem.as_deref().unwrap_or("not loaded")
-                ),
-            )
-        })
-    })
+    }
 }
 
 /// Looks up a presented virtual key; unknown keys are cached too so a flood of bad keys stays off KV.

@@ -5,7 +5,8 @@
 //! charged the limiter's estimate and flagged `estimated`. Failed attempts that never produced a
 //! response carry zero tokens (vendors do not bill them). Costs follow `crate::pricing`.
 
-pub mod utc;
+/// UTC calendar helpers live in the limiter crate, shared with the budget object.
+pub use limiter::utc;
 
 use crate::estimate;
 use crate::outcome::{Attempt, RequestOutcome};

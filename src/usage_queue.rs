@@ -1,7 +1,7 @@
 //! The usage pipeline's platform side: the price table from KV (cached in the isolate), sending
 //! events to the usage queue, and the queue consumer that stores them in R2 as NDJSON.
 
-use crate::config_store::{cache_ttl_ms, CONFIG_BINDING};
+use crate::config_store::{cached_doc, DocPolicy, DocSlot};
 use crate::export::{self, ExportObject};
 use crate::pricing::{PriceTable, PRICES_KV_KEY};
 use crate::usage_event::UsageEvent;
@@ -26,49 +26,16 @@ const PUT_FIRST_DELAY_MS: u64 = 200;
 /// Redelivery delay after a failed write: with the queue's 10 retries, rides out ~5 minutes of R2 trouble.
 const REDELIVERY_DELAY_S: u32 = 30;
 
-struct CachedPrices {
-    table: Option<Rc<PriceTable>>,
-    raw: String,
-    fetched_ms: u64,
-}
-
 thread_local! {
-    static PRICES: RefCell<Option<CachedPrices>> = const { RefCell::new(None) };
+    static PRICES_SLOT: RefCell<DocSlot<PriceTable>> = const { RefCell::new(DocSlot::new()) };
 }
 
-/// The price table, re-read from KV after the config TTL; an invalid or unreadable table never
-/// replaces the last good one. `None` until one was read: events are then flagged unpriced.
+const PRICES: DocPolicy =
+    DocPolicy { kv_key: PRICES_KV_KEY, name: "price_table", clear_when_missing: false, retry_until_loaded: false };
+
+/// The price table; `None` until one was read: events are then flagged unpriced.
 pub async fn price_table(env: &Env, now_ms: u64) -> Option<Rc<PriceTable>> {
-    let ttl = cache_ttl_ms(env);
-    let fresh = PRICES
-        .with(|p| p.borrow().as_ref().filter(|c| now_ms.saturating_sub(c.fetched_ms) < ttl).map(|c| c.table.clone()));
-    if let Some(table) = fresh {
-        return table;
-    }
-    let raw = match env.kv(CONFIG_BINDING) {
-        Ok(kv) => kv.get(PRICES_KV_KEY).text().await.map_err(|e| e.to_string()),
-        Err(e) => Err(e.to_string()),
-    };
-    PRICES.with(|p| {
-        let mut slot = p.borrow_mut();
-        let cached = slot.get_or_insert_with(|| CachedPrices { table: None, raw: String::new(), fetched_ms: 0 });
-        cached.fetched_ms = now_ms;
-        match raw {
-            Err(e) => crate::log::error(serde_json::json!({"event": "price_table_unavailable", "error": e, "serving_last_good": cached.table.is_some()})
-            ),
-            Ok(None) => {}
-            Ok(Some(text)) if text == cached.raw => {}
-            Ok(Some(text)) => {
-                match PriceTable::parse(&text) {
-                    Ok(table) => cached.table = Some(Rc::new(table)),
-                    Err(errors) => crate::log::error(serde_json::json!({"event": "price_table_rejected", "errors": errors, "serving_last_good": cached.table.is_some()})
-                    ),
-                }
-                cached.raw = text;
-            }
-        }
-        cached.table.clone()
-    })
+    cached_doc(&PRICES_SLOT, &PRICES, env, now_ms, PriceTable::parse).await
 }
 
 /// Events of concurrent requests in this isolate leave together: the first waits this long for

@@ -15,6 +15,7 @@
 //! [`SETTLED_KEEP_MS`]), or held → its TTL passes → expired (released; a late `Settle` still
 //! charges the actual cost until [`EXPIRED_KEEP_MS`] has passed).
 
+use crate::utc;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -71,37 +72,14 @@ impl Period {
     /// The calendar month (UTC) that contains `now_ms`.
     pub fn month_containing(now_ms: u64) -> Period {
         let days = (now_ms / DAY_MS) as i64;
-        let (y, m, _) = civil_from_days(days);
+        let (y, m, _) = utc::civil_from_days(days);
         let (ny, nm) = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
         Period {
             key: format!("{y:04}-{m:02}"),
-            start_ms: days_from_civil(y, m, 1) as u64 * DAY_MS,
-            end_ms: days_from_civil(ny, nm, 1) as u64 * DAY_MS,
+            start_ms: utc::days_from_civil(y, m, 1) as u64 * DAY_MS,
+            end_ms: utc::days_from_civil(ny, nm, 1) as u64 * DAY_MS,
         }
     }
-}
-
-/// Days since 1970-01-01 → (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
-}
-
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let mp = i64::from((m + 9) % 12);
-    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 /// The object that holds `tenant`'s budget for `period`.
@@ -714,8 +692,8 @@ mod tests {
     #[test]
     fn civil_conversions_agree_over_centuries() {
         for days in (-800_000..800_000).step_by(997) {
-            let (y, m, d) = civil_from_days(days);
-            assert_eq!(days_from_civil(y, m, d), days);
+            let (y, m, d) = utc::civil_from_days(days);
+            assert_eq!(utc::days_from_civil(y, m, d), days);
         }
     }
 

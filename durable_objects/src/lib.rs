@@ -15,6 +15,7 @@ pub mod protocol;
 pub mod reservations;
 pub mod rng;
 pub mod shell;
+pub mod utc;
 
 pub use deployment::LimiterState;
 pub use limits::Limits;

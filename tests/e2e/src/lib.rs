@@ -252,7 +252,55 @@ impl Stack {
         serde_json::from_str(&ureq::get(&url).call().expect("mock last").into_string().unwrap()).unwrap()
     }
 
+    /// Copies the gateway's local R2 usage objects (through the report script's reader) into
+    /// `out` and returns them by key.
+    pub fn exported_usage(&self, out: &Path) -> std::collections::BTreeMap<String, String> {
+        let _ = std::fs::remove_dir_all(out);
+        let copied = Command::new(self.root.join("scripts/usage-report"))
+            .arg("--dir")
+            .arg(&self.state)
+            .arg("--copy-to")
+            .arg(out)
+            .output()
+            .expect("run scripts/usage-report");
+        assert!(copied.status.success(), "usage-report --copy-to failed: {}", String::from_utf8_lossy(&copied.stderr));
+        let mut files = std::collections::BTreeMap::new();
+        let mut dirs = vec![out.to_path_buf()];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else {
+                    let key = path.strip_prefix(out).unwrap().to_string_lossy().into_owned();
+                    files.insert(key, std::fs::read_to_string(&path).expect("object"));
+                }
+            }
+        }
+        files
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.gateway)
     }
+}
+
+/// A tenant's usage events in exported NDJSON objects: how many lines, and the events by id.
+pub fn usage_events_of(
+    tenant: &str,
+    files: &std::collections::BTreeMap<String, String>,
+) -> (usize, std::collections::BTreeMap<String, serde_json::Value>) {
+    let mut lines = 0;
+    let mut events = std::collections::BTreeMap::new();
+    for body in files.values() {
+        for line in body.lines() {
+            let v: serde_json::Value =
+                serde_json::from_str(line).unwrap_or_else(|e| panic!("NDJSON line ({e}): {line}"));
+            if v["tenant"] == tenant {
+                lines += 1;
+                events.insert(v["event_id"].as_str().expect("event_id").to_string(), v);
+            }
+        }
+    }
+    (lines, events)
 }

@@ -9,10 +9,7 @@
 
 use e2e::client::{post, Reply};
 use e2e::{stack, Stack, BUDGET_HARD_MICRO_USD as HARD, BUDGET_SOFT_MICRO_USD as SOFT, BUDGET_TENANT, KEY_BUDGET};
-use serde_json::{json, Value};
-use std::collections::BTreeMap;
-use std::path::Path;
-use std::process::Command;
+use serde_json::json;
 use std::sync::Barrier;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -211,7 +208,7 @@ fn check_events(s: &Stack, admitted: &[Admitted], refused: &[String], spent: u64
     let out = s.state.parent().unwrap().join("budget-export");
     let started = Instant::now();
     let events = loop {
-        let events = events_of_tenant(s, &out);
+        let events = e2e::usage_events_of(BUDGET_TENANT, &s.exported_usage(&out)).1;
         let all = admitted.iter().map(|a| &a.id).chain(refused).all(|id| events.contains_key(id));
         if all || started.elapsed() > DELIVERY_DEADLINE {
             break events;
@@ -240,34 +237,4 @@ fn check_events(s: &Stack, admitted: &[Admitted], refused: &[String], spent: u64
     }
     let total: u64 = events.values().filter_map(|e| e["cost_micro_usd"].as_u64()).sum();
     assert_eq!(total, spent);
-}
-
-fn events_of_tenant(s: &Stack, out: &Path) -> BTreeMap<String, Value> {
-    let _ = std::fs::remove_dir_all(out);
-    let copied = Command::new(s.root.join("scripts/usage-report"))
-        .arg("--dir")
-        .arg(&s.state)
-        .arg("--copy-to")
-        .arg(out)
-        .output()
-        .expect("run scripts/usage-report");
-    assert!(copied.status.success(), "usage-report --copy-to failed: {}", String::from_utf8_lossy(&copied.stderr));
-    let mut events = BTreeMap::new();
-    let mut dirs = vec![out.to_path_buf()];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                dirs.push(path);
-                continue;
-            }
-            for line in std::fs::read_to_string(&path).expect("object").lines() {
-                let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("NDJSON line ({e}): {line}"));
-                if v["tenant"] == BUDGET_TENANT {
-                    events.insert(v["event_id"].as_str().expect("event_id").to_string(), v);
-                }
-            }
-        }
-    }
-    events
 }

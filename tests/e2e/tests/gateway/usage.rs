@@ -7,7 +7,7 @@ use e2e::{stack, Stack, KEY_USAGE};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -185,48 +185,6 @@ fn run_mix(s: &Stack) -> Vec<Expected> {
     out
 }
 
-/// Copies the gateway's local R2 objects (via the report script's reader) and returns them by key.
-fn exported(s: &Stack, out: &Path) -> BTreeMap<String, String> {
-    let _ = std::fs::remove_dir_all(out);
-    let copied = Command::new(s.root.join("scripts/usage-report"))
-        .arg("--dir")
-        .arg(&s.state)
-        .arg("--copy-to")
-        .arg(out)
-        .output()
-        .expect("run scripts/usage-report");
-    assert!(copied.status.success(), "usage-report --copy-to failed: {}", String::from_utf8_lossy(&copied.stderr));
-    let mut files = BTreeMap::new();
-    let mut stack = vec![out.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else {
-                let key = path.strip_prefix(out).unwrap().to_string_lossy().into_owned();
-                files.insert(key, std::fs::read_to_string(&path).expect("object"));
-            }
-        }
-    }
-    files
-}
-
-fn events_of_tenant(files: &BTreeMap<String, String>) -> (usize, BTreeMap<String, Value>) {
-    let mut lines = 0;
-    let mut events = BTreeMap::new();
-    for body in files.values() {
-        for line in body.lines() {
-            let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("NDJSON line ({e}): {line}"));
-            if v["tenant"] == TENANT {
-                lines += 1;
-                events.insert(v["event_id"].as_str().expect("event_id").to_string(), v);
-            }
-        }
-    }
-    (lines, events)
-}
-
 fn prices() -> Value {
     let text = std::fs::read_to_string(e2e::root().join("tests/e2e/fixtures/prices.json")).expect("prices fixture");
     serde_json::from_str(&text).unwrap()
@@ -278,8 +236,8 @@ fn mixed_run_yields_one_priced_event_per_request() {
     let out: PathBuf = s.state.parent().unwrap().join("usage-export");
     let started = Instant::now();
     let (files, lines, events) = loop {
-        let files = exported(s, &out);
-        let (lines, events) = events_of_tenant(&files);
+        let files = s.exported_usage(&out);
+        let (lines, events) = e2e::usage_events_of(TENANT, &files);
         if ids.iter().all(|id| events.contains_key(*id)) || started.elapsed() > DELIVERY_DEADLINE {
             break (files, lines, events);
         }

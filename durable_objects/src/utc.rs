@@ -6,7 +6,7 @@
 const MS_PER_DAY: u64 = 86_400_000;
 
 /// Days since 1970-01-01 → (year, month 1-12, day 1-31).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
+pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);
@@ -20,7 +20,7 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 }
 
 /// (year, month 1-12, day 1-31) → days since 1970-01-01.
-fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
+pub fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
     let y = if month <= 2 { year - 1 } else { year };
     let era = y.div_euclid(400);
     let yoe = y.rem_euclid(400);
