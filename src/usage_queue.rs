@@ -5,7 +5,6 @@ use crate::config_store::{cached_doc, DocPolicy, DocSlot};
 use crate::export::{self, ExportObject};
 use crate::pricing::{PriceTable, PRICES_KV_KEY};
 use crate::usage_event::UsageEvent;
-use futures::future::{FutureExt, LocalBoxFuture, Shared};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -46,17 +45,13 @@ const MAX_BATCH: usize = 100;
 
 type Lines = Rc<RefCell<Vec<String>>>;
 
-struct OpenBatch {
-    lines: Lines,
-    sent: Shared<LocalBoxFuture<'static, ()>>,
-}
-
 thread_local! {
-    static OPEN: RefCell<Option<OpenBatch>> = const { RefCell::new(None) };
+    static OPEN: RefCell<Option<Lines>> = const { RefCell::new(None) };
 }
 
-/// Sends one event. Every caller awaits the send of the batch its event joined (inside its own
-/// `wait_until`), so no request's context ends before its event is out; a batch that keeps
+/// Sends one event. The request that opens a batch sends it, inside its own `wait_until`, after
+/// the window; requests that join only add their line. Nobody awaits another request's I/O: in
+/// Workers a promise resolved from another request's context is a hang. A batch that keeps
 /// failing is logged event by event so nothing is silently dropped.
 pub async fn send(env: &Env, event: &UsageEvent) {
     let line = match serde_json::to_string(event) {
@@ -68,20 +63,21 @@ pub async fn send(env: &Env, event: &UsageEvent) {
             return;
         }
     };
-    let sent = OPEN.with(|open| {
+    let opened = OPEN.with(|open| {
         let mut open = open.borrow_mut();
-        if let Some(batch) = open.as_ref() {
-            if batch.lines.borrow().len() < MAX_BATCH {
-                batch.lines.borrow_mut().push(line.clone());
-                return batch.sent.clone();
+        if let Some(lines) = open.as_ref() {
+            if lines.borrow().len() < MAX_BATCH {
+                lines.borrow_mut().push(line.clone());
+                return None;
             }
         }
         let lines: Lines = Rc::new(RefCell::new(vec![line.clone()]));
-        let sent = flush(env.clone(), lines.clone()).boxed_local().shared();
-        *open = Some(OpenBatch { lines, sent: sent.clone() });
-        sent
+        *open = Some(lines.clone());
+        Some(lines)
     });
-    sent.await;
+    if let Some(lines) = opened {
+        flush(env.clone(), lines).await;
+    }
 }
 
 async fn flush(env: Env, lines: Lines) {
@@ -89,7 +85,7 @@ async fn flush(env: Env, lines: Lines) {
     // Close this batch before sending: events from now on start the next one.
     OPEN.with(|open| {
         let mut open = open.borrow_mut();
-        if open.as_ref().is_some_and(|b| Rc::ptr_eq(&b.lines, &lines)) {
+        if open.as_ref().is_some_and(|open| Rc::ptr_eq(open, &lines)) {
             *open = None;
         }
     });
