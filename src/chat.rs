@@ -150,7 +150,7 @@ pub async fn completions(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Con
                 deployment.timeouts.total_ms
             }
             .min(budget);
-            let sent = upstream::send(&call, headers_timeout).await;
+            let sent = upstream::send(&call, &rc.request_id, headers_timeout).await;
             let result = match sent {
                 Ok(up) if (200..300).contains(&up.status) => {
                     if stream {

@@ -118,7 +118,7 @@ pub async fn create(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context)
         let remaining = (admission.remaining_requests, admission.remaining_tokens);
         let started = now_ms();
         let attempts = outcome.attempts.len() + 1;
-        let result = match upstream::send(&call, deployment.timeouts.total_ms).await {
+        let result = match upstream::send(&call, &rc.request_id, deployment.timeouts.total_ms).await {
             Ok(mut up) => {
                 let body = upstream::read_body(&mut up, deployment.timeouts.total_ms).await;
                 let signals = signals_of(&up, None);

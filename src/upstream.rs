@@ -29,9 +29,18 @@ fn failure(class: ErrorClass, message: String) -> UpstreamError {
     UpstreamError { class, status: 0, message, retry_after_ms: None, vendor_code: None }
 }
 
+/// The header carrying the gateway's request id upstream (OpenAI's documented correlation header;
+/// other vendors ignore it), so a request can be traced across the gateway's and the vendor's logs.
+pub const CORRELATION_HEADER: &str = "x-client-request-id";
+
 /// Sends the call; fails with `Timeout` if no response headers arrive within `headers_timeout_ms`.
-pub async fn send(call: &UpstreamCall, headers_timeout_ms: u64) -> Result<UpstreamResponse, UpstreamError> {
+pub async fn send(
+    call: &UpstreamCall,
+    request_id: &str,
+    headers_timeout_ms: u64,
+) -> Result<UpstreamResponse, UpstreamError> {
     let headers = Headers::new();
+    let _ = headers.set(CORRELATION_HEADER, request_id);
     for (name, value) in &call.headers {
         headers
             .set(name, value)

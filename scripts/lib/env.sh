@@ -16,3 +16,5 @@ export XDG_CONFIG_HOME="$ROOT/.wrangler/xdg"
 export NO_UPDATE_NOTIFIER=1
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+# The local state scripts/dev serves; admin commands with --local write here too.
+export DEV_STATE="$ROOT/.wrangler/dev-state"

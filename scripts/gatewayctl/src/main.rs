@@ -12,7 +12,7 @@ const USAGE: &str = "usage:
   gatewayctl routes validate FILE
   gatewayctl routes put FILE [--local] [--persist-to DIR]
   gatewayctl keys create --tenant T --app A [--env E] [--models m1,m2] [--expires-in-days N] [--label L] [LIMITS] [--local] [--persist-to DIR]
-  gatewayctl keys revoke KEY [--local] [--persist-to DIR]
+  gatewayctl keys revoke (KEY | ID) [--local] [--persist-to DIR]   (ID: as `keys list` prints it)
   gatewayctl keys list [--local] [--persist-to DIR]
   gatewayctl keys tenant-limits --tenant T (LIMITS | --clear | --show) [--local] [--persist-to DIR]
     LIMITS: any of --rpm N --tpm N --rpd N --input-tpm N --output-tpm N --max-concurrent N
@@ -20,7 +20,9 @@ const USAGE: &str = "usage:
   gatewayctl prices validate FILE
   gatewayctl prices put FILE [--local] [--persist-to DIR] [--force]
   gatewayctl budgets validate FILE
-  gatewayctl budgets put FILE [--local] [--persist-to DIR]";
+  gatewayctl budgets put FILE [--local] [--persist-to DIR]
+--local writes to the local state that scripts/dev serves (.wrangler/dev-state) unless --persist-to names another;
+without --local the commands write to the deployed namespace.";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -67,9 +69,12 @@ struct Wrangler {
 
 impl Wrangler {
     fn from_flags(args: &[&str]) -> Result<Self, String> {
-        let mut target = vec![if args.contains(&"--local") { "--local" } else { "--remote" }.to_string()];
-        if let Some(dir) = flag(args, "--persist-to") {
-            target.extend(["--persist-to".to_string(), dir.to_string()]);
+        let local = args.contains(&"--local");
+        let mut target = vec![if local { "--local" } else { "--remote" }.to_string()];
+        match flag(args, "--persist-to") {
+            Some(dir) => target.extend(["--persist-to".to_string(), dir.to_string()]),
+            None if local => target.extend(["--persist-to".to_string(), dev_state()]),
+            None => {}
         }
         Ok(Wrangler { target })
     }
@@ -99,6 +104,19 @@ impl Wrangler {
     fn get(&self, key: &str) -> Result<String, String> {
         self.run(&["key", "get", key, "--text"])
     }
+
+    /// The KV names of every virtual key (`key:<sha256>`).
+    fn key_names(&self) -> Result<Vec<String>, String> {
+        let listed: serde_json::Value =
+            serde_json::from_str(&self.run(&["key", "list", "--prefix", "key:"])?).map_err(|e| e.to_string())?;
+        Ok(listed.as_array().into_iter().flatten().filter_map(|e| e["name"].as_str().map(str::to_string)).collect())
+    }
+}
+
+/// The state `scripts/dev` serves: `$DEV_STATE` (set by scripts/lib/env.sh), else this checkout's.
+fn dev_state() -> String {
+    std::env::var("DEV_STATE")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../../.wrangler/dev-state").to_string())
 }
 
 fn now_ms() -> u64 {
@@ -135,7 +153,9 @@ fn create_key(args: &[&str]) -> Result<(), String> {
     Wrangler::from_flags(args)?.put(&kv_name(&secret), &value)?;
     println!("{secret}");
     eprintln!(
-        "Key created for tenant '{tenant}', app '{app}' (limits: {}). It is shown once; only its hash is stored.",
+        "Key {} created for tenant '{tenant}', app '{app}' (limits: {}). The secret is shown once; only its hash \
+         is stored. Revoke it with the secret or that id.",
+        key_id(&kv_name(&secret)),
         keys::describe_limits(record.limits.as_ref())
     );
     Ok(())
@@ -200,28 +220,52 @@ fn tenant_limits(args: &[&str]) -> Result<(), String> {
     Ok(())
 }
 
-fn revoke_key(secret: &str, args: &[&str]) -> Result<(), String> {
+/// How `keys list` names a key: enough of its hash to be unique, never the secret.
+const ID_LEN: usize = "key:".len() + 16;
+
+fn key_id(name: &str) -> &str {
+    &name[..name.len().min(ID_LEN)]
+}
+
+/// The KV name of the key an admin means: the secret itself, or an id (or whole name) from `keys list`.
+fn resolve_key(given: &str, wrangler: &Wrangler) -> Result<String, String> {
+    if !given.starts_with("key:") {
+        return Ok(kv_name(given));
+    }
+    let matches = matching_names(given, &wrangler.key_names()?);
+    match matches.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => Err(format!("no key whose id starts with '{given}' (see `keys list`)")),
+        _ => Err(format!("'{given}' matches {} keys; give more of the id", matches.len())),
+    }
+}
+
+fn matching_names(given: &str, names: &[String]) -> Vec<String> {
+    if names.iter().any(|n| n == given) {
+        return vec![given.to_string()];
+    }
+    names.iter().filter(|n| n.starts_with(given) && given.len() > "key:".len()).cloned().collect()
+}
+
+fn revoke_key(given: &str, args: &[&str]) -> Result<(), String> {
     let wrangler = Wrangler::from_flags(args)?;
-    let name = if secret.starts_with("key:") { secret.to_string() } else { kv_name(secret) };
+    let name = resolve_key(given, &wrangler)?;
     let mut record: KeyRecord =
         serde_json::from_str(wrangler.get(&name)?.trim()).map_err(|e| format!("{name} is not a key record: {e}"))?;
     record.revoked = true;
     wrangler.put(&name, &serde_json::to_string(&record).map_err(|e| e.to_string())?)?;
-    println!("revoked {name} (tenant '{}', app '{}')", record.tenant, record.app);
+    println!("revoked {} (tenant '{}', app '{}')", key_id(&name), record.tenant, record.app);
     Ok(())
 }
 
 fn list_keys(args: &[&str]) -> Result<(), String> {
     let wrangler = Wrangler::from_flags(args)?;
-    let listed: serde_json::Value =
-        serde_json::from_str(&wrangler.run(&["key", "list", "--prefix", "key:"])?).map_err(|e| e.to_string())?;
     println!(
         "{:<20} {:<16} {:<16} {:<6} {:<8} {:<20} label",
-        "key (hash prefix)", "tenant", "app", "env", "state", "limits"
+        "id (for revoke)", "tenant", "app", "env", "state", "limits"
     );
-    for entry in listed.as_array().into_iter().flatten() {
-        let Some(name) = entry["name"].as_str() else { continue };
-        let Ok(record) = serde_json::from_str::<KeyRecord>(wrangler.get(name)?.trim()) else { continue };
+    for name in wrangler.key_names()? {
+        let Ok(record) = serde_json::from_str::<KeyRecord>(wrangler.get(&name)?.trim()) else { continue };
         let state = match record.check(now_ms()) {
             Ok(()) => "active",
             Err(edge_gateway::keys::KeyRefusal::Revoked) => "revoked",
@@ -229,7 +273,7 @@ fn list_keys(args: &[&str]) -> Result<(), String> {
         };
         println!(
             "{:<20} {:<16} {:<16} {:<6} {:<8} {:<20} {}",
-            &name[..name.len().min(20)],
+            key_id(&name),
             record.tenant,
             record.app,
             record.env,
@@ -256,6 +300,19 @@ mod tests {
         assert!(limits_from_flags(&["--rpm", "three"]).unwrap_err().contains("--rpm"));
         assert!(limits_from_flags(&["--rpm"]).is_err());
         assert!(limits_from_flags(&["--max-concurrent", "99999999999"]).is_err());
+    }
+
+    #[test]
+    fn a_listed_id_names_exactly_one_key() {
+        let names: Vec<String> = ["key:aaaa1111", "key:aaaa2222", "key:bbbb3333"].map(String::from).to_vec();
+        assert_eq!(matching_names("key:bbbb", &names), ["key:bbbb3333"]);
+        assert_eq!(matching_names("key:aaaa", &names).len(), 2, "ambiguous");
+        assert_eq!(matching_names("key:aaaa1111", &names), ["key:aaaa1111"]);
+        assert!(matching_names("key:", &names).is_empty(), "the bare prefix names nothing");
+        assert!(matching_names("key:cccc", &names).is_empty());
+        let long = kv_name("gk_secret");
+        assert_eq!(key_id(&long).len(), ID_LEN);
+        assert_eq!(matching_names(key_id(&long), std::slice::from_ref(&long)), [long]);
     }
 
     #[test]

@@ -247,6 +247,23 @@ impl Stack {
         v["calls"].as_u64().unwrap_or(0)
     }
 
+    /// The upstream requests the gateway made for one of its requests (by the reply's
+    /// `x-request-id`, which it sends upstream as `x-client-request-id`): only this test's calls.
+    pub fn upstream_calls(&self, reply: &client::Reply) -> Vec<serde_json::Value> {
+        let id = reply.header("x-request-id").expect("reply without x-request-id");
+        let url = format!("{}/_mock/calls?request_id={}", self.mock, client::encode(id));
+        let v: serde_json::Value =
+            serde_json::from_str(&ureq::get(&url).call().expect("mock calls").into_string().unwrap()).unwrap();
+        v["requests"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// The last upstream request made for `reply`'s request; panics if there was none.
+    pub fn upstream_last(&self, reply: &client::Reply) -> serde_json::Value {
+        let calls = self.upstream_calls(reply);
+        calls.last().cloned().unwrap_or_else(|| panic!("no upstream request for this reply: {}", reply.body))
+    }
+
+    /// The last request for a model string: only for a model no other test calls.
     pub fn mock_last(&self, model: &str) -> serde_json::Value {
         let url = format!("{}/_mock/last?model={}", self.mock, client::encode(model));
         serde_json::from_str(&ureq::get(&url).call().expect("mock last").into_string().unwrap()).unwrap()

@@ -7,6 +7,11 @@ use serde_json::{json, Value};
 
 pub fn handle(state: &State, req: &Request) -> Response {
     let model = req.query_param("model");
+    if let (Some(id), "GET", "/_mock/calls" | "/_mock/last") =
+        (req.query_param("request_id"), req.method.as_str(), req.path.as_str())
+    {
+        return correlated(state, &id, req.path == "/_mock/last");
+    }
     match (req.method.as_str(), req.path.as_str()) {
         ("GET", "/_mock/health") => Response::text(200, "ok"),
         ("GET", "/_mock/calls") => match model {
@@ -27,6 +32,19 @@ pub fn handle(state: &State, req: &Request) -> Response {
             Response::json(200, &json!({"ok": true}))
         }
         (method, path) => fail(404, &format!("unknown admin endpoint {method} {path}")),
+    }
+}
+
+/// `calls?request_id=`: how many requests carried the id, and each of them; `last?request_id=`: the latest.
+fn correlated(state: &State, id: &str, last_only: bool) -> Response {
+    let calls = state.correlated(id);
+    if !last_only {
+        let requests: Vec<Value> = calls.iter().map(|r| r.to_json()).collect();
+        return Response::json(200, &json!({"request_id": id, "calls": calls.len(), "requests": requests}));
+    }
+    match calls.last() {
+        Some(r) => Response::json(200, &r.to_json()),
+        None => fail(404, &format!("no request recorded for request id `{id}`")),
     }
 }
 
@@ -105,6 +123,9 @@ mod tests {
         let v = handle(&s, &req("GET", "/_mock/calls?model=a%2Bb", "")).body_json().unwrap();
         assert_eq!(v, json!({"model": "a+b", "calls": 0}));
         assert_eq!(handle(&s, &req("GET", "/_mock/last?model=x", "")).status, 404);
+        assert_eq!(handle(&s, &req("GET", "/_mock/last?request_id=r9", "")).status, 404);
+        let v = handle(&s, &req("GET", "/_mock/calls?request_id=r9", "")).body_json().unwrap();
+        assert_eq!(v, json!({"request_id": "r9", "calls": 0, "requests": []}));
         assert_eq!(handle(&s, &req("POST", "/_mock/reset", "")).status, 200);
         assert_eq!(handle(&s, &req("GET", "/_mock/nope", "")).status, 404);
     }

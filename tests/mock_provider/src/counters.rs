@@ -1,5 +1,6 @@
 //! Shared server state for the admin API: call counters, last requests and
-//! scripted faults, all keyed by the request's full model string.
+//! scripted faults, all keyed by the request's full model string; and every request grouped by
+//! the caller's correlation id (`x-client-request-id`), so a test reads only its own calls.
 
 use crate::fault::Faults;
 use crate::http::Request;
@@ -9,6 +10,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Scripts for this model apply to requests for any model without their own.
 pub const ANY_MODEL: &str = "*";
+/// The header a caller (the gateway) sets to its own request id, as OpenAI documents it.
+pub const CORRELATION_HEADER: &str = "x-client-request-id";
+/// Correlation ids remembered; the oldest go first so a benchmark's load cannot grow memory.
+const MAX_CORRELATED: usize = 20_000;
 
 #[derive(Debug)]
 pub struct Recorded {
@@ -20,6 +25,10 @@ pub struct Recorded {
 }
 
 impl Recorded {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+
     pub fn to_json(&self) -> Value {
         let headers: Map<String, Value> =
             self.headers.iter().map(|(n, v)| (n.clone(), Value::from(v.as_str()))).collect();
@@ -58,14 +67,39 @@ struct Inner {
     last: HashMap<String, Arc<Recorded>>,
     last_any: Option<Arc<Recorded>>,
     scripts: HashMap<String, VecDeque<Script>>,
+    by_correlation: HashMap<String, Vec<Arc<Recorded>>>,
+    correlation_order: VecDeque<String>,
+}
+
+impl Inner {
+    fn correlate(&mut self, recorded: &Arc<Recorded>) {
+        let Some(id) = recorded.header(CORRELATION_HEADER) else { return };
+        if let Some(calls) = self.by_correlation.get_mut(id) {
+            calls.push(recorded.clone());
+            return;
+        }
+        if self.correlation_order.len() >= MAX_CORRELATED {
+            if let Some(oldest) = self.correlation_order.pop_front() {
+                self.by_correlation.remove(&oldest);
+            }
+        }
+        self.correlation_order.push_back(id.to_string());
+        self.by_correlation.insert(id.to_string(), vec![recorded.clone()]);
+    }
 }
 
 #[derive(Default)]
 pub struct State {
     inner: Mutex<Inner>,
+    /// Pause before each SSE event when the model asks for none (`--stream-pace-ms`).
+    pub stream_pace_ms: u64,
 }
 
 impl State {
+    pub fn with_stream_pace(stream_pace_ms: u64) -> State {
+        State { stream_pace_ms, ..State::default() }
+    }
+
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -83,6 +117,7 @@ impl State {
         inner.total += 1;
         *inner.by_path.entry(req.path.clone()).or_default() += 1;
         inner.last_any = Some(recorded.clone());
+        inner.correlate(&recorded);
         let Some(model) = model else {
             return Arrival { number: inner.total, scripted: None };
         };
@@ -103,6 +138,11 @@ impl State {
 
     pub fn calls_for(&self, model: &str) -> u64 {
         self.lock().by_model.get(model).copied().unwrap_or(0)
+    }
+
+    /// Every request that carried this correlation id, oldest first.
+    pub fn correlated(&self, id: &str) -> Vec<Arc<Recorded>> {
+        self.lock().by_correlation.get(id).cloned().unwrap_or_default()
     }
 
     pub fn last(&self, model: Option<&str>) -> Option<Arc<Recorded>> {
@@ -192,9 +232,32 @@ mod tests {
         assert_eq!(last["body"], json!({"model": "m"}));
         assert_eq!(last["headers"]["authorization"], "Bearer k");
         assert_eq!(s.last(None).unwrap().path, "/v1/b");
+        assert!(s.correlated("r1").is_empty(), "requests without the header are not correlated");
         s.reset();
         assert_eq!(s.calls()["total"], 0);
         assert!(s.last(Some("m")).is_none());
+    }
+
+    #[test]
+    fn requests_are_grouped_by_correlation_id_and_bounded() {
+        let s = State::default();
+        let tagged = |id: &str, path: &str| {
+            let mut r = req(path);
+            r.headers.push(("X-Client-Request-Id".into(), id.into()));
+            r
+        };
+        s.arrive(&tagged("r1", "/v1/a"), Some("m"));
+        s.arrive(&tagged("r2", "/v1/b"), Some("m"));
+        s.arrive(&tagged("r1", "/v1/c"), Some("m"));
+        let paths: Vec<_> = s.correlated("r1").iter().map(|r| r.path.clone()).collect();
+        assert_eq!(paths, ["/v1/a", "/v1/c"]);
+        assert_eq!(s.correlated("r2").len(), 1);
+        for i in 0..MAX_CORRELATED {
+            s.arrive(&tagged(&format!("fill{i}"), "/v1/a"), None);
+        }
+        assert!(s.correlated("r1").is_empty(), "the oldest ids are forgotten first");
+        assert_eq!(s.correlated(&format!("fill{}", MAX_CORRELATED - 1)).len(), 1);
+        assert_eq!(s.lock().by_correlation.len(), MAX_CORRELATED);
     }
 
     #[test]

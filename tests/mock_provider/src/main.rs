@@ -22,11 +22,18 @@ use std::net::TcpListener;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-const USAGE: &str = "usage: mock-provider [--port N] [--host 127.0.0.1]";
+const USAGE: &str = "usage: mock-provider [--port N] [--host 127.0.0.1] [--stream-pace-ms N]
+  --stream-pace-ms N  pause N ms before each SSE event unless the model's faults set delay_ms (default 0)";
+
+struct Options {
+    host: String,
+    port: u16,
+    stream_pace_ms: u64,
+}
 
 fn main() -> ExitCode {
-    let (host, port) = match parse_args(std::env::args().skip(1)) {
-        Ok(Some(addr)) => addr,
+    let Options { host, port, stream_pace_ms } = match parse_args(std::env::args().skip(1)) {
+        Ok(Some(options)) => options,
         Ok(None) => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;
@@ -48,13 +55,13 @@ fn main() -> ExitCode {
     // Harnesses block on this exact line to learn the port.
     let _ = writeln!(stdout, "mock-provider listening on {addr}");
     let _ = stdout.flush();
-    server::serve(listener, Arc::new(counters::State::default()));
+    server::serve(listener, Arc::new(counters::State::with_stream_pace(stream_pace_ms)));
     ExitCode::SUCCESS
 }
 
 /// `Ok(None)` means help was asked for.
-fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Option<(String, u16)>, String> {
-    let (mut host, mut port) = ("127.0.0.1".to_string(), 0u16);
+fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Option<Options>, String> {
+    let (mut host, mut port, mut stream_pace_ms) = ("127.0.0.1".to_string(), 0u16, 0u64);
     while let Some(arg) = args.next() {
         let (flag, inline) = match arg.split_once('=') {
             Some((f, v)) => (f.to_string(), Some(v.to_string())),
@@ -67,11 +74,15 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Option<(String, 
                 port = v.parse().map_err(|_| format!("bad port `{v}`"))?;
             }
             "--host" => host = value()?,
+            "--stream-pace-ms" => {
+                let v = value()?;
+                stream_pace_ms = v.parse().map_err(|_| format!("bad --stream-pace-ms `{v}`"))?;
+            }
             "-h" | "--help" => return Ok(None),
             other => return Err(format!("unknown argument `{other}`")),
         }
     }
-    Ok(Some((host, port)))
+    Ok(Some(Options { host, port, stream_pace_ms }))
 }
 
 #[cfg(test)]
@@ -79,7 +90,15 @@ mod tests {
     use super::parse_args;
 
     fn parse(args: &[&str]) -> Result<Option<(String, u16)>, String> {
-        parse_args(args.iter().map(|s| s.to_string()))
+        parse_args(args.iter().map(|s| s.to_string())).map(|o| o.map(|o| (o.host, o.port)))
+    }
+
+    #[test]
+    fn stream_pace() {
+        let pace = |args: &[&str]| parse_args(args.iter().map(|s| s.to_string())).map(|o| o.unwrap().stream_pace_ms);
+        assert_eq!(pace(&[]), Ok(0));
+        assert_eq!(pace(&["--stream-pace-ms", "25"]), Ok(25));
+        assert!(pace(&["--stream-pace-ms", "soon"]).is_err());
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use crate::counters::State;
 use crate::http::Request;
-use crate::http::Response;
+use crate::http::{Body, Response};
 use crate::vendor::{self, Api, Call};
 use crate::{admin, anthropic, embeddings, models, openai};
 use serde_json::Value;
@@ -18,14 +18,22 @@ pub fn route(state: &State, req: &Request) -> Response {
     let model = body.get("model").and_then(Value::as_str);
     let arrival = state.arrive(req, model);
     let call = Call::new(req, body, arrival.number, arrival.scripted);
+    let mut response = vendor_response(req, &call);
+    if matches!(response.body, Body::Sse(_)) && response.timing.delay_ms == 0 {
+        response.timing.delay_ms = state.stream_pace_ms;
+    }
+    response
+}
+
+fn vendor_response(req: &Request, call: &Call) -> Response {
     match (req.method.as_str(), req.path.as_str()) {
-        ("POST", "/v1/chat/completions") => vendor::respond(Api::OpenAi, &call, openai::chat),
-        ("POST", "/v1/embeddings") => vendor::respond(Api::OpenAi, &call, embeddings::create),
-        ("POST", "/v1/messages") => vendor::respond(Api::Anthropic, &call, anthropic::messages),
-        ("POST", "/v1/messages/count_tokens") => vendor::respond(Api::Anthropic, &call, anthropic::count_tokens),
-        ("GET", "/v1/models") => vendor::respond(models::api_for(req), &call, models::list),
+        ("POST", "/v1/chat/completions") => vendor::respond(Api::OpenAi, call, openai::chat),
+        ("POST", "/v1/embeddings") => vendor::respond(Api::OpenAi, call, embeddings::create),
+        ("POST", "/v1/messages") => vendor::respond(Api::Anthropic, call, anthropic::messages),
+        ("POST", "/v1/messages/count_tokens") => vendor::respond(Api::Anthropic, call, anthropic::count_tokens),
+        ("GET", "/v1/models") => vendor::respond(models::api_for(req), call, models::list),
         ("GET", p) if p.len() > "/v1/models/".len() && p.starts_with("/v1/models/") => {
-            vendor::respond(models::api_for(req), &call, models::get)
+            vendor::respond(models::api_for(req), call, models::get)
         }
         _ => openai::not_found(req),
     }

@@ -9,7 +9,6 @@ fn hello(model: &str) -> serde_json::Value {
 #[test]
 fn openai_deployment_answers_in_openai_format() {
     let s = stack();
-    let before = s.mock_calls("gpt-4o-mini");
     let r = post(&s.url("/v1/chat/completions"), KEY, &hello("gpt-4o-mini"));
     assert_eq!(r.status, 200, "{}", r.body);
     let v = r.json();
@@ -20,8 +19,9 @@ fn openai_deployment_answers_in_openai_format() {
     assert_eq!(r.header("x-gateway-deployment"), Some("oa"));
     assert_eq!(r.header("x-gateway-provider"), Some("openai"));
     assert!(r.header("x-request-id").is_some_and(|id| id.starts_with("req_")));
-    assert_eq!(s.mock_calls("gpt-4o-mini"), before + 1);
-    let sent = s.mock_last("gpt-4o-mini");
+    let calls = s.upstream_calls(&r);
+    assert_eq!(calls.len(), 1, "one upstream call");
+    let sent = &calls[0];
     assert_eq!(sent["headers"]["authorization"], "Bearer sk-mock-openai-local");
     assert_eq!(sent["body"]["messages"][0]["content"], "Say hello");
 }
@@ -35,7 +35,7 @@ fn anthropic_deployment_answers_in_openai_format() {
     assert_eq!(v["object"], "chat.completion");
     assert_eq!(v["choices"][0]["finish_reason"], "stop");
     assert!(v["usage"]["completion_tokens"].as_u64().unwrap() > 0);
-    let sent = s.mock_last("claude-sonnet-4-5");
+    let sent = s.upstream_last(&r);
     assert_eq!(sent["headers"]["x-api-key"], "sk-ant-mock-local");
     assert_eq!(sent["body"]["max_tokens"], 512, "deployment default max_tokens");
 }
