@@ -157,11 +157,13 @@ fn start() -> Stack {
     let gateway_log = run_dir.join("wrangler.log");
     let cmd = format!(
         "'{}/node_modules/.bin/wrangler' dev --config '{}' --ip 127.0.0.1 --port {port} --inspector-port {inspector} \
-         --persist-to '{}' --env-file '{}' --log-level warn --show-interactive-dev-session=false",
+         --persist-to '{}' --env-file '{}' --log-level {} --show-interactive-dev-session=false",
         root.display(),
         config.display(),
         state.display(),
-        env_file.display()
+        env_file.display(),
+        // E2E_WRANGLER_LOG_LEVEL=debug shows wrangler's reloads and proxy errors in the run's wrangler.log.
+        std::env::var("E2E_WRANGLER_LOG_LEVEL").unwrap_or_else(|_| "warn".into())
     );
     let gateway = spawn_group(&format!("source scripts/lib/env.sh && {cmd}"), &root, &gateway_log);
     let gateway_url = format!("http://127.0.0.1:{port}");
