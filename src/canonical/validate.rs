@@ -1,6 +1,6 @@
 //! Checks the raw JSON before typed decoding so that errors carry a precise message and `param`.
 
-use crate::api_error::ApiError;
+use crate::http::error::ApiError;
 use serde_json::{Map, Value};
 
 const ROLES: [&str; 6] = ["system", "developer", "user", "assistant", "tool", "function"];

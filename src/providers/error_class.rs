@@ -1,8 +1,8 @@
 //! What went wrong upstream, classified once so that retry, breaker and fallback agree.
 
 use super::retry_after::{hint_in_message, parse_retry_after};
-use crate::api_error::ApiError;
-use crate::routes::ProviderKind;
+use crate::config::routes::ProviderKind;
+use crate::http::error::ApiError;
 use serde_json::Value;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -207,7 +207,7 @@ impl UpstreamError {
 /// A well-formed SSE error event for a stream that already started: `data: {"error":{…}}\n\n`.
 pub fn stream_error_event(err: &ApiError) -> Vec<u8> {
     let mut out = Vec::new();
-    crate::sse::write_data(&mut out, &err.to_json());
+    crate::http::sse::write_data(&mut out, &err.to_json());
     out
 }
 

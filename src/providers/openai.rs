@@ -2,11 +2,11 @@
 //! one with a few quirks applied; responses and streams pass through, read only for usage.
 
 use super::{classify, endpoint, headers, read_json, ChatResult, StreamEnd, UpstreamCall, UpstreamError};
-use crate::api_error::ApiError;
+use crate::canonical::usage::Usage;
 use crate::canonical::ChatRequest;
-use crate::routes::{Deployment, MaxTokensField, ProviderKind};
-use crate::sse::{write_data, SseEvent};
-use crate::usage::Usage;
+use crate::config::routes::{Deployment, MaxTokensField, ProviderKind};
+use crate::http::error::ApiError;
+use crate::http::sse::{write_data, SseEvent};
 use serde_json::Value;
 
 pub(super) fn build_chat(

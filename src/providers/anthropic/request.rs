@@ -5,10 +5,10 @@
 //! `response_format` has no native equivalent: it becomes an instruction appended to `system`.
 
 use super::DEFAULT_VERSION;
-use crate::api_error::ApiError;
 use crate::canonical::{ChatRequest, Content, ContentPart, ImageUrl, Message, Role, ToolChoice};
+use crate::config::routes::Deployment;
+use crate::http::error::ApiError;
 use crate::providers::{endpoint, headers, UpstreamCall};
-use crate::routes::Deployment;
 use serde_json::{json, Map, Value};
 
 const DEFAULT_MAX_TOKENS: u64 = 4096;

@@ -1,9 +1,9 @@
 //! Anthropic Message → OpenAI `chat.completion`.
 
 use super::finish_reason;
+use crate::canonical::usage::{OpenaiUsage, Usage};
+use crate::config::routes::ProviderKind;
 use crate::providers::{classify, read_json, ChatResult, UpstreamError};
-use crate::routes::ProviderKind;
-use crate::usage::{OpenaiUsage, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 

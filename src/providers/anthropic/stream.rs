@@ -1,10 +1,10 @@
 //! Anthropic Messages stream events → OpenAI `chat.completion.chunk` events.
 
 use super::finish_reason;
+use crate::canonical::usage::{OpenaiUsage, Usage};
+use crate::config::routes::ProviderKind;
+use crate::http::sse::{write_data, SseEvent};
 use crate::providers::{classify, UpstreamError};
-use crate::routes::ProviderKind;
-use crate::sse::{write_data, SseEvent};
-use crate::usage::{OpenaiUsage, Usage};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -200,9 +200,9 @@ impl AnthropicStream {
 
 #[cfg(test)]
 mod tests {
+    use crate::canonical::usage::Usage;
     use crate::providers::testing::deployment;
     use crate::providers::{ErrorClass, StreamEnd, StreamTranslator, UpstreamError};
-    use crate::usage::Usage;
 
     pub(crate) const CREATED: u64 = 1_700_000_000;
 

@@ -1,0 +1,4 @@
+//! Authentication: the bearer key checked against its KV record, and what the gateway then knows
+//! about the request.
+
+pub mod context;

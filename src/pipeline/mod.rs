@@ -1,0 +1,7 @@
+//! The request pipeline every endpoint shares: which deployment to try next, how long to wait,
+//! when to stop (the pure planner), and the one driver that admits, sends, settles and records.
+
+pub mod attempt;
+pub mod decision_log;
+pub mod retry;
+pub mod upstream;
