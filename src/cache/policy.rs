@@ -3,74 +3,10 @@
 
 use crate::canonical::usage::Usage;
 use crate::canonical::{ChatRequest, FunctionCall, ToolCall};
+pub use crate::config::policy::{CachePolicy, DEFAULT_MAX_TTL_S, DEFAULT_SKIP_PATTERNS, DEFAULT_TTL_S, KV_MIN_TTL_S};
 use crate::http::sse::write_data;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-
-pub const DEFAULT_TTL_S: u32 = 3_600;
-pub const DEFAULT_MAX_TTL_S: u32 = 86_400;
-
-/// Cloudflare KV refuses an expiration TTL under 60 s; shorter lifetimes are enforced on read.
-pub const KV_MIN_TTL_S: u32 = 60;
-
-/// The answer to these depends on when or for whom it is asked; a route clears them with `[]`.
-pub const DEFAULT_SKIP_PATTERNS: &[&str] = &[
-    "today",
-    "tonight",
-    "tomorrow",
-    "yesterday",
-    "right now",
-    "current time",
-    "this week",
-    "latest news",
-    "my account",
-    "my order",
-    "my balance",
-];
-
-/// A route's cache policy (`"cache"` in the route table). Off unless the route turns it on.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct CachePolicy {
-    pub enabled: bool,
-    pub ttl_s: u32,
-    /// The most `x-gateway-cache-ttl` may ask for.
-    pub max_ttl_s: u32,
-    /// Sampling at temperature > 0 gives a different answer each time; caching pins one of them.
-    pub cache_nonzero_temperature: bool,
-    /// Case-insensitive substrings of the prompt text; `*` stands for any run of characters.
-    pub skip_patterns: Vec<String>,
-}
-
-impl Default for CachePolicy {
-    fn default() -> Self {
-        CachePolicy {
-            enabled: false,
-            ttl_s: DEFAULT_TTL_S,
-            max_ttl_s: DEFAULT_MAX_TTL_S,
-            cache_nonzero_temperature: false,
-            skip_patterns: DEFAULT_SKIP_PATTERNS.iter().map(|p| p.to_string()).collect(),
-        }
-    }
-}
-
-impl CachePolicy {
-    /// What the route validator reports; `decide` copes with invalid values anyway.
-    pub fn validate(&self) -> Result<(), String> {
-        if self.max_ttl_s == 0 {
-            return Err("cache.max_ttl_s must be at least 1".into());
-        }
-        if self.ttl_s == 0 || self.ttl_s > self.max_ttl_s {
-            return Err(format!("cache.ttl_s must be between 1 and max_ttl_s ({})", self.max_ttl_s));
-        }
-        for (i, p) in self.skip_patterns.iter().enumerate() {
-            if p.split('*').all(|s| s.trim().is_empty()) {
-                return Err(format!("cache.skip_patterns[{i}] would match every prompt: {p:?}"));
-            }
-        }
-        Ok(())
-    }
-}
 
 /// What `decide` needs to know about one request.
 #[derive(Debug, Clone, Copy, Default)]

@@ -9,9 +9,13 @@
 //! cache_write (reasoning tokens are part of output and billed there). Integer math in u128: no floats.
 
 use crate::canonical::usage::Usage;
-use crate::usage::event::utc;
+use crate::config::store::{cached_doc, DocPolicy, DocSlot};
+use limiter::utc;
 use serde::{Deserialize, Serialize};
+use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::rc::Rc;
+use worker::Env;
 
 pub const PRICES_KV_KEY: &str = "prices";
 pub const SUPPORTED_VERSION: u32 = 1;
@@ -150,6 +154,18 @@ impl PriceTable {
         }
         out
     }
+}
+
+thread_local! {
+    static PRICES_SLOT: RefCell<DocSlot<PriceTable>> = const { RefCell::new(DocSlot::new()) };
+}
+
+const PRICES: DocPolicy =
+    DocPolicy { kv_key: PRICES_KV_KEY, name: "price_table", clear_when_missing: false, retry_until_loaded: false };
+
+/// The price table; `None` until one was read: events are then flagged unpriced.
+pub async fn price_table(env: &Env, now_ms: u64) -> Option<Rc<PriceTable>> {
+    cached_doc(&PRICES_SLOT, &PRICES, env, now_ms, PriceTable::parse).await
 }
 
 #[cfg(test)]

@@ -1,8 +1,7 @@
 //! The route table admins keep in KV: logical models → ordered chains of deployments.
 
-use crate::cache::policy::CachePolicy;
+use crate::config::policy::{CachePolicy, RetryPolicy};
 use crate::config::selection::{self, Candidate};
-use crate::pipeline::retry::RetryPolicy;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 

@@ -1,21 +1,16 @@
-//! `POST /v1/embeddings` for OpenAI-compatible deployments, through the same key, route and limiter path.
+//! `POST /v1/embeddings` for OpenAI-compatible deployments: the body checked, then sent down the
+//! same pipeline as chat (retries, capability gate, decision log) with the embeddings vendor step.
 
 use crate::auth::context::RequestContext;
-use crate::config;
-use crate::http;
+use crate::config::routes::Deployment;
+use crate::endpoints::route;
 use crate::http::error::ApiError;
-use crate::limits::admission::{self, Admit};
-use crate::limits::budget;
-use crate::pipeline::attempt::{
-    credential, final_error, now_ms, refusal_error, set_remaining, settle_failure, signals_of, with_route_headers,
-    Refusal,
-};
-use crate::pipeline::upstream;
-use crate::providers::{self, UpstreamError};
-use crate::usage::estimate;
+use crate::pipeline::gate::Needs;
+use crate::pipeline::run::{self, Trip};
+use crate::pipeline::step::{Answer, ClientStream, VendorStep};
+use crate::providers::{self, StreamTranslator, UpstreamCall, UpstreamError};
 use crate::usage::event::RequestShape;
-use crate::usage::record::{Attempt, RequestOutcome};
-use limiter::protocol::{TokenUsage, UpstreamSignals};
+use crate::usage::record::RequestOutcome;
 use serde_json::Value;
 use worker::{Context, Env, Response};
 
@@ -55,126 +50,50 @@ pub fn parse(body: &[u8]) -> Result<(Value, String, usize), ApiError> {
 }
 
 pub async fn create(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context) -> Result<Response, ApiError> {
-    let (request, model, chars) = parse(&body)?;
-    let table = config::store::route_table(env, rc.started_ms).await?;
-    let chain =
-        table.chain(&model, rc.random, rc.session_id.as_deref()).ok_or_else(|| ApiError::model_not_found(&model))?;
-    if !rc.key.allows_model(&model) {
-        return Err(ApiError::new(
-            403,
-            "permission_error",
-            "model_not_allowed",
-            format!("This key may not use model '{model}'."),
-        )
-        .with_param("model"));
-    }
-    let mut outcome = RequestOutcome::new(&rc, &model, false);
-    outcome.shape = Some(RequestShape { text_chars: chars, messages: 0, max_output: Some(0) });
-    let deadline = rc.started_ms + budget::DEFAULT_DEADLINE_MS;
-    let soft_budget = budget::admit(env, ctx, &rc, &mut outcome, &chain, deadline).await?;
-    let estimate = estimate::estimate(chars, 0, Some(0), None);
-    // Key, then tenant, before any deployment: released again if no deployment takes the request.
-    let scopes = match admission::admit_scopes(env, ctx, &rc, estimate).await {
-        Ok(scopes) => scopes,
-        Err(refused) => {
-            let api_error = refusal_error(&refused);
-            outcome.fail(&api_error);
-            outcome.finish(ctx, env);
-            return Err(api_error);
-        }
+    let (request, logical, chars) = parse(&body)?;
+    let table = route::table(env, &rc).await?;
+    let chain = table
+        .chain(&logical, rc.random, rc.session_id.as_deref())
+        .ok_or_else(|| ApiError::model_not_found(&logical))?;
+    let model = route::model(&table, &rc, &logical)?;
+    let shape = RequestShape { text_chars: chars, messages: 0, max_output: Some(0) };
+    let mut outcome = RequestOutcome::new(&rc, &logical, false);
+    outcome.shape = Some(shape);
+    let trip = Trip {
+        rc: &rc,
+        logical_model: &logical,
+        model,
+        chain,
+        body: &body,
+        stream: false,
+        shape,
+        needs: Needs::default(),
+        outcome,
+        cache: None,
+        unserved: "No deployment of this model can serve embeddings.",
     };
-    let mut last_error: Option<UpstreamError> = None;
-    let mut refusal: Option<Refusal> = None;
-    let mut unsupported: Option<ApiError> = None;
-    for (n, (id, deployment)) in chain.into_iter().enumerate() {
-        let Some(credential) = credential(env, &deployment.credential) else { continue };
-        let call = match providers::build_embeddings(deployment, &request, &credential) {
-            Ok(call) => call,
-            // A chain may mix vendors: one without embeddings is skipped, not fatal.
-            Err(e) if e.code == "unsupported_endpoint" => {
-                unsupported = Some(e);
-                continue;
-            }
-            Err(e) => {
-                scopes.finish_failed(ctx, !outcome.attempts.is_empty(), last_error.as_ref()).await;
-                return Err(e);
-            }
-        };
-        let admission = match admission::admit(
-            env,
-            ctx,
-            id,
-            deployment,
-            &rc.key.tenant,
-            format!("{}:{n}", rc.request_id),
-            estimate,
-            rc.max_wait_ms,
-        )
-        .await
-        {
-            Admit::Admitted(a) => a,
-            Admit::Refused { code, retry_after_ms } => {
-                Refusal::keep_soonest(&mut refusal, id, code, retry_after_ms);
-                continue;
-            }
-        };
-        let remaining = (admission.remaining_requests, admission.remaining_tokens);
-        let started = now_ms();
-        let attempts = outcome.attempts.len() + 1;
-        let result = match upstream::send(&call, deployment.timeouts.total_ms).await {
-            Ok(mut up) => {
-                let body = upstream::read_body(&mut up, deployment.timeouts.total_ms).await;
-                let signals = signals_of(&up, None);
-                match body {
-                    Ok(b) if (200..300).contains(&up.status) => {
-                        match providers::translate_embeddings_response(deployment, &b) {
-                            Ok((text, usage)) => Ok((text, usage, signals)),
-                            Err(err) => Err((err, None, signals)),
-                        }
-                    }
-                    Ok(b) => {
-                        let retry_after = upstream::header(&up, "retry-after");
-                        let err = providers::classify(deployment.provider, up.status, retry_after.as_deref(), &b);
-                        let signals = signals_of(&up, err.retry_after_ms);
-                        Err((err, Some(TokenUsage::default()), signals))
-                    }
-                    Err(err) => Err((err, None, signals)),
-                }
-            }
-            Err(err) => Err((err, None, UpstreamSignals::default())),
-        };
-        match result {
-            Ok((text, usage, signals)) => {
-                let settled = usage.as_ref().map(admission::token_usage);
-                ctx.wait_until(admission.settle(admission::outcome_for(None, None), settled, signals));
-                scopes.settle(ctx, settled);
-                outcome.attempts.push(Attempt::succeeded(id, deployment, usage, started, now_ms(), None));
-                outcome.finish(ctx, env);
-                let mut response =
-                    with_route_headers(http::io::json_response(200, text.into_bytes())?, &rc, id, deployment, attempts);
-                set_remaining(&mut response, remaining);
-                budget::mark(&mut response, soft_budget);
-                return Ok(response);
-            }
-            Err((err, usage, signals)) => {
-                settle_failure(admission, &err, usage, signals).await;
-                outcome.attempts.push(Attempt::failed(id, deployment, &err, started));
-                let may_fall_back = err.class.may_fall_back();
-                last_error = Some(err);
-                if !may_fall_back {
-                    break;
-                }
-            }
-        }
+    run::run(trip, &EmbeddingsStep { request: &request }, env, ctx).await
+}
+
+/// Embeddings: OpenAI-compatible vendors only; the body passes through, read for its usage.
+pub struct EmbeddingsStep<'a> {
+    pub request: &'a Value,
+}
+
+impl VendorStep for EmbeddingsStep<'_> {
+    fn build(&self, deployment: &Deployment, _body: &[u8], credential: &str) -> Result<UpstreamCall, ApiError> {
+        providers::build_embeddings(deployment, self.request, credential)
     }
-    let nothing_tried = unsupported.unwrap_or_else(|| {
-        ApiError::unavailable("no_deployment_available", "No deployment of this model can serve embeddings.")
-    });
-    scopes.finish_failed(ctx, !outcome.attempts.is_empty(), last_error.as_ref()).await;
-    let api_error = final_error(last_error.as_ref(), refusal, nothing_tried);
-    outcome.fail(&api_error);
-    outcome.finish(ctx, env);
-    Err(api_error)
+
+    fn translate(&self, deployment: &Deployment, body: &[u8], _now_ms: u64) -> Result<Answer, UpstreamError> {
+        let (body, usage) = providers::translate_embeddings_response(deployment, body)?;
+        Ok(Answer { body, usage })
+    }
+
+    fn stream(&self, deployment: &Deployment, now_ms: u64) -> Box<dyn ClientStream> {
+        // Embeddings never stream; a translator that passes nothing through keeps the contract.
+        Box::new(StreamTranslator::new(deployment, false, now_ms / 1000))
+    }
 }
 
 #[cfg(test)]

@@ -4,3 +4,5 @@
 pub mod admin;
 pub mod chat;
 pub mod embeddings;
+pub mod models;
+pub mod route;

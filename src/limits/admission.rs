@@ -19,7 +19,7 @@ use crate::config;
 use crate::config::keys;
 use crate::config::routes::Deployment;
 use crate::limits::lease_ledger::{Decision, LeaseCache, LocalAdmit, SettleAction, Ticket, MAX_QUIET_MS};
-use crate::pipeline::attempt::{LimitScope, Refusal};
+use crate::limits::refusal::{LimitScope, Refusal};
 use crate::providers::{ErrorClass, UpstreamError};
 use crate::usage::estimate::TokenEstimate;
 use futures::future::join_all;

@@ -9,25 +9,21 @@
 //! costs nothing here: no object is called.
 
 use crate::auth::context::RequestContext;
-use crate::config::prices::PriceTable;
+use crate::config::budgets;
+use crate::config::prices::{self, PriceTable};
 use crate::config::routes::Deployment;
-use crate::config::store::{cached_doc, DocPolicy, DocSlot};
 use crate::http::error::ApiError;
-use crate::usage;
+use crate::support::clock::now_ms;
+use crate::support::log;
 use crate::usage::estimate;
-use crate::usage::event::{utc, RequestShape};
-use crate::usage::record::RequestOutcome;
-use limiter::budget::{self, BudgetLimits, BudgetRequest, BudgetResponse, Period, Refusal, Reserve, Settle};
-use serde::{Deserialize, Serialize};
-use std::cell::RefCell;
-use std::collections::BTreeMap;
-use std::rc::Rc;
+use crate::usage::event::RequestShape;
+use crate::usage::record::BudgetClaim;
+use limiter::budget::{self, BudgetRequest, BudgetResponse, Period, Refusal, Reserve, Settle};
+use limiter::utc;
 use std::time::Duration;
-use worker::{Context, Env, Response};
+use worker::{Env, Response};
 
-pub const BUDGETS_KV_KEY: &str = "budgets";
 pub const BUDGET_BINDING: &str = "BUDGET";
-pub const SUPPORTED_VERSION: u32 = 1;
 /// Set to `soft_exceeded` on answers admitted while the tenant's spend is past its soft limit.
 pub const SOFT_HEADER: &str = "x-gateway-budget";
 /// A reservation outlives its request's deadline by this much before it is released unsettled.
@@ -37,87 +33,8 @@ pub const DEFAULT_DEADLINE_MS: u64 = 300_000;
 /// Every reservation holds at least this, so a budget spent to the last micro-dollar refuses
 /// even requests it cannot price.
 pub const MIN_RESERVE_MICRO_USD: u64 = 1;
-const MAX_TENANT_CHARS: usize = 256;
 const SETTLE_TRIES: u32 = 2;
 const SETTLE_RETRY_DELAY_MS: u64 = 200;
-
-/// The KV value under `budgets`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BudgetTable {
-    pub version: u32,
-    pub tenants: BTreeMap<String, TenantRule>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TenantRule {
-    pub period: PeriodKind,
-    /// Integer micro-dollars; past this, answers carry the warning header and events are flagged.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub soft_micro_usd: Option<u64>,
-    /// Integer micro-dollars; requests that could take the spend past this are refused (402).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hard_micro_usd: Option<u64>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PeriodKind {
-    /// Calendar month, UTC.
-    Month,
-}
-
-impl PeriodKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PeriodKind::Month => "month",
-        }
-    }
-}
-
-impl TenantRule {
-    pub fn limits(&self) -> BudgetLimits {
-        BudgetLimits { soft_micro_usd: self.soft_micro_usd, hard_micro_usd: self.hard_micro_usd }
-    }
-}
-
-impl BudgetTable {
-    /// Parses and validates; every problem found is returned, not just the first.
-    pub fn parse(text: &str) -> Result<BudgetTable, Vec<String>> {
-        let table: BudgetTable = serde_json::from_str(text).map_err(|e| vec![e.to_string()])?;
-        let problems = table.problems();
-        if problems.is_empty() {
-            Ok(table)
-        } else {
-            Err(problems)
-        }
-    }
-
-    fn problems(&self) -> Vec<String> {
-        let mut out = Vec::new();
-        if self.version != SUPPORTED_VERSION {
-            out.push(format!("unsupported version {} (this gateway reads version {SUPPORTED_VERSION})", self.version));
-        }
-        for (tenant, rule) in &self.tenants {
-            if tenant.trim().is_empty() || tenant.chars().count() > MAX_TENANT_CHARS {
-                out.push(format!("tenant '{tenant}': names are 1 to {MAX_TENANT_CHARS} characters"));
-            }
-            match (rule.soft_micro_usd, rule.hard_micro_usd) {
-                (None, None) => out.push(format!("tenant '{tenant}': set soft_micro_usd, hard_micro_usd or both")),
-                (Some(soft), Some(hard)) if soft > hard => out.push(format!(
-                    "tenant '{tenant}': soft_micro_usd {soft} is above hard_micro_usd {hard}: the hard limit would refuse before the soft one warns"
-                )),
-                _ => {}
-            }
-        }
-        out
-    }
-
-    pub fn rule(&self, tenant: &str) -> Option<&TenantRule> {
-        self.tenants.get(tenant)
-    }
-}
 
 /// A deployment's upper-bound cost for the request: prompt tokens at the dearest prompt price
 /// (input, cache read or cache write), output at the output price, rounded up. `None` when the
@@ -168,47 +85,6 @@ pub fn refusal_error(tenant: &str, period: &Period, r: &Refusal) -> ApiError {
     .with_header("x-gateway-limit-reset-ms", r.retry_after_ms.to_string())
 }
 
-/// A reservation held for a request, settled when its usage event is built.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct BudgetClaim {
-    /// The object's name (`budget:<tenant>:<YYYY-MM>`): settles go where the reservation went.
-    pub object: String,
-    pub id: String,
-    /// The estimate: reserved when `held`, else what the request would have reserved.
-    pub reserved_micro_usd: u64,
-    /// False when the object could not be reached at the start (admitted without a reservation):
-    /// the settle then charges the actual cost all the same.
-    pub held: bool,
-    pub soft_micro_usd: Option<u64>,
-    /// The tenant was past its soft limit when this request was admitted.
-    pub soft_exceeded: bool,
-}
-
-impl BudgetClaim {
-    /// What the usage event says: admitted past the soft limit, or this request's own cost
-    /// took the settled spend past it.
-    pub fn soft_exceeded_after(&self, spent_micro_usd: Option<u64>) -> bool {
-        self.soft_exceeded || self.soft_micro_usd.zip(spent_micro_usd).is_some_and(|(soft, spent)| spent > soft)
-    }
-}
-
-thread_local! {
-    static BUDGETS_SLOT: RefCell<DocSlot<BudgetTable>> = const { RefCell::new(DocSlot::new()) };
-}
-
-const BUDGETS: DocPolicy =
-    DocPolicy { kv_key: BUDGETS_KV_KEY, name: "budget_table", clear_when_missing: true, retry_until_loaded: false };
-
-/// The budget table. No key means no budgets; an invalid or unreadable table never replaces the
-/// last good one.
-pub async fn budget_table(env: &Env, now_ms: u64) -> Option<Rc<BudgetTable>> {
-    cached_doc(&BUDGETS_SLOT, &BUDGETS, env, now_ms, BudgetTable::parse).await
-}
-
-fn now_ms() -> u64 {
-    worker::Date::now().as_millis()
-}
-
 async fn call(env: &Env, object: &str, req: &BudgetRequest) -> worker::Result<BudgetResponse> {
     let stub = env.durable_object(BUDGET_BINDING)?.id_from_name(object)?.get_stub()?;
     budget::call(&stub, req).await
@@ -216,23 +92,22 @@ async fn call(env: &Env, object: &str, req: &BudgetRequest) -> worker::Result<Bu
 
 /// Reserves the request's estimated cost with its tenant's budget, before any upstream call.
 ///
-/// `Ok(true)` when admitted past the soft limit (set [`SOFT_HEADER`], see [`mark`]); a refusal is
-/// recorded as the request's usage event and returned as the 402 to send. Without a budget for
-/// the tenant nothing is called. If the object cannot be reached the request is admitted and the
-/// problem logged (fail open, like the limiter); its actual cost is still charged at the end.
+/// `Ok(None)` when the tenant has no budget (nothing is called); `Ok(Some(claim))` when admitted
+/// (`claim.soft_exceeded`: past the soft limit, see [`mark`]); `Err` is the 402 to send, which the
+/// caller records as the request's usage event. If the object cannot be reached the request is
+/// admitted and the problem logged (fail open, like the limiter); its actual cost is still charged.
 pub async fn admit(
     env: &Env,
-    ctx: &Context,
     rc: &RequestContext,
-    outcome: &mut RequestOutcome,
+    shape: Option<&RequestShape>,
     chain: &[(&str, &Deployment)],
     deadline_ms: u64,
-) -> Result<bool, ApiError> {
+) -> Result<Option<BudgetClaim>, ApiError> {
     let now = now_ms();
-    let Some(table) = budget_table(env, now).await else { return Ok(false) };
-    let Some(rule) = table.rule(&rc.key.tenant).copied() else { return Ok(false) };
-    let prices = usage::queue::price_table(env, now).await;
-    let amount = estimate_cost(chain, outcome.shape.as_ref(), prices.as_deref(), rc.started_ms);
+    let Some(table) = budgets::budget_table(env, now).await else { return Ok(None) };
+    let Some(rule) = table.rule(&rc.key.tenant).copied() else { return Ok(None) };
+    let prices = prices::price_table(env, now).await;
+    let amount = estimate_cost(chain, shape, prices.as_deref(), rc.started_ms);
     let period = Period::month_containing(now);
     let object = budget::object_name(&rc.key.tenant, &period);
     let request = BudgetRequest::Reserve(Reserve {
@@ -242,42 +117,26 @@ pub async fn admit(
         limits: rule.limits(),
         ttl_ms: deadline_ms.saturating_sub(now).saturating_add(SETTLE_SLACK_MS),
     });
+    let claim = |held: bool, soft_exceeded: bool| BudgetClaim {
+        object: object.clone(),
+        id: rc.request_id.clone(),
+        reserved_micro_usd: amount,
+        held,
+        soft_micro_usd: rule.soft_micro_usd,
+        soft_exceeded,
+    };
     match call(env, &object, &request).await {
-        Ok(BudgetResponse::Admitted(a)) => {
-            outcome.budget = Some(BudgetClaim {
-                object,
-                id: rc.request_id.clone(),
-                reserved_micro_usd: amount,
-                held: true,
-                soft_micro_usd: rule.soft_micro_usd,
-                soft_exceeded: a.soft_exceeded,
-            });
-            Ok(a.soft_exceeded)
-        }
-        Ok(BudgetResponse::Refused(r)) => {
-            let error = refusal_error(&rc.key.tenant, &period, &r);
-            let mut refused = outcome.clone();
-            refused.fail(&error);
-            refused.finish(ctx, env);
-            Err(error)
-        }
+        Ok(BudgetResponse::Admitted(a)) => Ok(Some(claim(true, a.soft_exceeded))),
+        Ok(BudgetResponse::Refused(r)) => Err(refusal_error(&rc.key.tenant, &period, &r)),
         other => {
             let error = match other {
                 Ok(answer) => format!("unexpected answer: {answer:?}"),
                 Err(e) => e.to_string(),
             };
-            crate::support::log::error(
+            log::error(
                 serde_json::json!({"event": "budget_unreachable", "tenant": rc.key.tenant, "object": object, "error": error, "admitted": true}),
             );
-            outcome.budget = Some(BudgetClaim {
-                object,
-                id: rc.request_id.clone(),
-                reserved_micro_usd: amount,
-                held: false,
-                soft_micro_usd: rule.soft_micro_usd,
-                soft_exceeded: false,
-            });
-            Ok(false)
+            Ok(Some(claim(false, false)))
         }
     }
 }
@@ -300,10 +159,8 @@ pub async fn settle(env: &Env, claim: &BudgetClaim, actual_micro_usd: u64) -> Op
             Err(e) => error = e.to_string(),
         }
     }
-    crate::support::log::error(
-        serde_json::json!({"event": "budget_settle_failed", "object": claim.object, "id": claim.id,
-                                         "actual_micro_usd": actual_micro_usd, "reserved_micro_usd": claim.reserved_micro_usd, "error": error}),
-    );
+    log::error(serde_json::json!({"event": "budget_settle_failed", "object": claim.object, "id": claim.id,
+                                         "actual_micro_usd": actual_micro_usd, "reserved_micro_usd": claim.reserved_micro_usd, "error": error}));
     None
 }
 
@@ -321,46 +178,6 @@ mod tests {
     use serde_json::json;
 
     const T0: u64 = 1_767_323_045_678; // 2026-01-02T03:04:05.678Z
-
-    #[test]
-    fn parses_and_validates_the_table() {
-        let t = BudgetTable::parse(
-            &json!({"version": 1, "tenants": {
-                "acme": {"period": "month", "soft_micro_usd": 80_000_000, "hard_micro_usd": 100_000_000},
-                "soft-only": {"period": "month", "soft_micro_usd": 5},
-                "frozen": {"period": "month", "hard_micro_usd": 0}
-            }})
-            .to_string(),
-        )
-        .unwrap();
-        assert_eq!(
-            t.rule("acme").unwrap().limits(),
-            BudgetLimits { soft_micro_usd: Some(80_000_000), hard_micro_usd: Some(100_000_000) }
-        );
-        assert_eq!(t.rule("soft-only").unwrap().hard_micro_usd, None);
-        assert!(t.rule("nobody").is_none());
-
-        let bad = BudgetTable::parse(
-            &json!({"version": 2, "tenants": {
-                "": {"period": "month", "hard_micro_usd": 1},
-                "none": {"period": "month"},
-                "upside-down": {"period": "month", "soft_micro_usd": 10, "hard_micro_usd": 5}
-            }})
-            .to_string(),
-        )
-        .unwrap_err();
-        assert_eq!(bad.len(), 4, "{bad:?}");
-        assert!(bad[0].contains("version 2"));
-        for text in [
-            r#"{"version":1,"tenants":{"a":{"period":"week","hard_micro_usd":1}}}"#,
-            r#"{"version":1,"tenants":{"a":{"period":"month","hard_micro_usd":-1}}}"#,
-            r#"{"version":1,"tenants":{"a":{"period":"month","hard_micro_usd":1.5}}}"#,
-            r#"{"version":1,"tenants":{"a":{"period":"month","hard_usd":1}}}"#,
-            r#"{"version":1,"tenants":{},"keys":{}}"#,
-        ] {
-            assert!(BudgetTable::parse(text).is_err(), "{text}");
-        }
-    }
 
     fn routes() -> RouteTable {
         RouteTable::parse(

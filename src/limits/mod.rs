@@ -4,3 +4,4 @@
 pub mod admission;
 pub mod budget;
 pub mod lease_ledger;
+pub mod refusal;

@@ -3,5 +3,11 @@
 
 pub mod attempt;
 pub mod decision_log;
+pub mod gate;
+pub mod plan;
+pub mod report;
 pub mod retry;
+pub mod run;
+pub mod step;
+pub mod stream;
 pub mod upstream;

@@ -1,34 +1,7 @@
 //! Retry policy: exponential backoff with full jitter, Retry-After as a floor, and a retry
 //! budget so an outage does not become a retry storm. Time and randomness are passed in.
 
-use serde::Deserialize;
-
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields, default)]
-pub struct RetryPolicy {
-    /// Upstream attempts per client request, fallbacks included.
-    pub max_attempts: u32,
-    pub base_backoff_ms: u64,
-    pub max_backoff_ms: u64,
-    /// Retries may not exceed this share (percent) of requests per deployment in a window.
-    pub budget_pct: u32,
-    pub budget_window_ms: u64,
-    /// A Retry-After longer than this is not waited for: the request fails over or fails.
-    pub max_retry_after_ms: u64,
-}
-
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        RetryPolicy {
-            max_attempts: 3,
-            base_backoff_ms: 100,
-            max_backoff_ms: 2_000,
-            budget_pct: 20,
-            budget_window_ms: 10_000,
-            max_retry_after_ms: 5_000,
-        }
-    }
-}
+pub use crate::config::policy::RetryPolicy;
 
 /// Full jitter: uniform in [0, min(max, base·2^retry)], never below Retry-After.
 pub fn backoff_ms(policy: &RetryPolicy, retry: u32, retry_after_ms: Option<u64>, random: u64) -> u64 {

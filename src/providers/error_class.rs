@@ -204,6 +204,24 @@ impl UpstreamError {
     }
 }
 
+impl UpstreamError {
+    /// The error a client is sent when a stream that already relayed bytes breaks off: a transport
+    /// failure then is an interruption, not a failure to connect.
+    pub fn to_stream_api_error(&self) -> ApiError {
+        let what = match self.class {
+            ErrorClass::Timeout => "no data arrived within the idle timeout",
+            ErrorClass::Connection => "the upstream stream broke off before it was complete",
+            _ => return self.to_api_error(),
+        };
+        ApiError::new(
+            502,
+            "upstream_error",
+            "upstream_stream_interrupted",
+            format!("The upstream provider's stream stopped part-way: {what}. The answer above is incomplete."),
+        )
+    }
+}
+
 /// A well-formed SSE error event for a stream that already started: `data: {"error":{…}}\n\n`.
 pub fn stream_error_event(err: &ApiError) -> Vec<u8> {
     let mut out = Vec::new();
@@ -514,6 +532,21 @@ mod tests {
         assert!(api.message.ends_with("max_tokens: must be positive"));
         let vllm = classify(O, 400, None, br#"{"object":"error","message":"bad","type":"BadRequestError","code":400}"#);
         assert_eq!(vllm.to_api_error().code, "upstream_bad_request");
+    }
+
+    #[test]
+    fn a_stream_cut_part_way_is_an_interruption_not_a_failure_to_connect() {
+        for err in [UpstreamError::connection("reset"), UpstreamError::timeout("idle")] {
+            let e = err.to_stream_api_error();
+            assert_eq!((e.status, e.code.as_str()), (502, "upstream_stream_interrupted"));
+            assert!(!e.message.contains("could not connect"), "{}", e.message);
+        }
+        let vendor = UpstreamError::new(Overloaded, 0, "overloaded_error");
+        assert_eq!(
+            vendor.to_stream_api_error().code,
+            "upstream_overloaded",
+            "a vendor's own error event keeps its code"
+        );
     }
 
     #[test]

@@ -44,9 +44,8 @@ pub fn duration_prefix(text: &str) -> Option<(u64, &str)> {
 /// Reads the signals from a header lookup; `retry_after_ms` is filled by the caller's classifier.
 pub fn signals(header: impl Fn(&str) -> Option<String>, now_ms: u64) -> UpstreamSignals {
     let num = |name: &str| header(name).and_then(|v| v.trim().parse::<u64>().ok());
-    let anthropic_reset = |name: &str| {
-        header(name).and_then(|v| crate::usage::event::utc::parse_rfc3339_ms(&v)).map(|at| at.saturating_sub(now_ms))
-    };
+    let anthropic_reset =
+        |name: &str| header(name).and_then(|v| limiter::utc::parse_rfc3339_ms(&v)).map(|at| at.saturating_sub(now_ms));
     UpstreamSignals {
         retry_after_ms: None,
         remaining_requests: num("x-ratelimit-remaining-requests")

@@ -5,8 +5,8 @@
 //! charged the limiter's estimate and flagged `estimated`. Failed attempts that never produced a
 //! response carry zero tokens (vendors do not bill them). Costs follow `crate::config::prices`.
 
-/// UTC calendar helpers live in the limiter crate, shared with the budget object.
-pub use limiter::utc;
+// UTC calendar helpers live in the limiter crate, shared with the budget object.
+use limiter::utc;
 
 use crate::canonical::usage::Usage;
 use crate::config::prices::PriceTable;
@@ -304,7 +304,8 @@ impl UsageEvent {
             latency_ms: finished_ms.saturating_sub(o.started_ms),
             ttft_ms: last.and_then(|a| a.ttft_ms.map(|t| (a.started_ms + t).saturating_sub(o.started_ms))),
             attempt_count: attempts.len() as u32,
-            fallback: last.is_some_and(|l| o.attempts.iter().any(|a| a.deployment != l.deployment)),
+            // Another deployment preceded the one that answered; with no answer there is no fallback.
+            fallback: last.is_some_and(|l| l.served && o.attempts.iter().any(|a| a.deployment != l.deployment)),
             cache_hit: hit.is_some(),
             tokens,
             estimated: attempts.iter().any(|a| a.estimated),
@@ -437,6 +438,14 @@ mod tests {
         assert_eq!((e.status, e.error_class), (200, None));
         assert_eq!(e.deployment.as_deref(), Some("an"));
         assert_eq!(e.actual_input_tokens, Some(2125));
+    }
+
+    #[test]
+    fn a_request_no_deployment_answered_is_not_a_fallback() {
+        let o =
+            outcome(vec![attempt("oa-500", "e2e-500", None, false), attempt("an", "claude-sonnet-4-5", None, false)]);
+        let e = UsageEvent::build(&o, Some(&prices()), T0);
+        assert_eq!((e.attempt_count, e.fallback), (2, false));
     }
 
     #[test]
@@ -589,7 +598,7 @@ mod tests {
     fn budget_soft_flag_comes_from_the_claim() {
         let mut o = outcome(vec![attempt("oa", "gpt-4o-mini", Some(usage(1, 1)), true)]);
         assert!(!UsageEvent::build(&o, None, T0).budget_soft_exceeded);
-        o.budget = Some(crate::limits::budget::BudgetClaim {
+        o.budget = Some(crate::usage::record::BudgetClaim {
             object: "budget:acme:2026-01".into(),
             id: "req_1".into(),
             reserved_micro_usd: 27,

@@ -5,7 +5,7 @@
 //! never drops a field. Duplicates within a batch collapse to one line; across batches the
 //! `event_id` removes them (at-least-once delivery).
 
-use crate::usage::event::utc;
+use limiter::utc;
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 

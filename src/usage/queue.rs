@@ -1,8 +1,5 @@
-//! The usage pipeline's platform side: the price table from KV (cached in the isolate), sending
-//! events to the usage queue, and the queue consumer that stores them in R2 as NDJSON.
+//! The usage pipeline's platform side: sending events to the usage queue, and the queue consumer that stores them in R2 as NDJSON.
 
-use crate::config::prices::{PriceTable, PRICES_KV_KEY};
-use crate::config::store::{cached_doc, DocPolicy, DocSlot};
 use crate::usage::event::UsageEvent;
 use crate::usage::export::{self, ExportObject};
 use std::cell::RefCell;
@@ -24,18 +21,6 @@ const PUT_TRIES: u32 = 3;
 const PUT_FIRST_DELAY_MS: u64 = 200;
 /// Redelivery delay after a failed write: with the queue's 10 retries, rides out ~5 minutes of R2 trouble.
 const REDELIVERY_DELAY_S: u32 = 30;
-
-thread_local! {
-    static PRICES_SLOT: RefCell<DocSlot<PriceTable>> = const { RefCell::new(DocSlot::new()) };
-}
-
-const PRICES: DocPolicy =
-    DocPolicy { kv_key: PRICES_KV_KEY, name: "price_table", clear_when_missing: false, retry_until_loaded: false };
-
-/// The price table; `None` until one was read: events are then flagged unpriced.
-pub async fn price_table(env: &Env, now_ms: u64) -> Option<Rc<PriceTable>> {
-    cached_doc(&PRICES_SLOT, &PRICES, env, now_ms, PriceTable::parse).await
-}
 
 /// Events of concurrent requests in this isolate leave together: the first waits this long for
 /// company, then one `sendBatch` carries them all (one queue call instead of one per request).

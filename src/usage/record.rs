@@ -1,19 +1,15 @@
-//! What happened to one client request and each attempt inside it, reported after the response
-//! as one usage event on the usage queue.
+//! What happened to one client request and each attempt inside it: the record a usage event is
+//! built from after the response (sent by `pipeline::report`). Pure: time is an input.
 
 use crate::auth::context::RequestContext;
 use crate::canonical::usage::Usage;
 use crate::canonical::ChatRequest;
-use crate::config;
 use crate::config::routes::Deployment;
 use crate::http::error::ApiError;
-use crate::limits::budget::{self, BudgetClaim};
 use crate::providers::UpstreamError;
-use crate::usage;
-use crate::usage::event::{CacheHit, RequestShape, UsageEvent};
+use crate::usage::event::{self, CacheHit, RequestShape};
 use serde::Serialize;
 use std::collections::BTreeMap;
-use worker::{Context, Env};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Attempt {
@@ -59,7 +55,7 @@ impl Attempt {
         }
     }
 
-    pub fn failed(id: &str, d: &Deployment, err: &UpstreamError, started_ms: u64) -> Self {
+    pub fn failed(id: &str, d: &Deployment, err: &UpstreamError, started_ms: u64, now_ms: u64) -> Self {
         Attempt {
             deployment: id.to_string(),
             provider: d.provider.as_str(),
@@ -69,7 +65,7 @@ impl Attempt {
             status: err.status,
             error_class: Some(err.class.as_str()),
             usage: None,
-            latency_ms: worker::Date::now().as_millis().saturating_sub(started_ms),
+            latency_ms: now_ms.saturating_sub(started_ms),
             ttft_ms: None,
             served: false,
             default_max_tokens: d.default_max_tokens,
@@ -77,7 +73,7 @@ impl Attempt {
     }
 }
 
-fn price_key(d: &Deployment) -> String {
+pub fn price_key(d: &Deployment) -> String {
     d.price.clone().unwrap_or_else(|| d.model.clone())
 }
 
@@ -118,7 +114,7 @@ impl RequestOutcome {
             attempts: Vec::new(),
             error_code: None,
             status: 200,
-            tags: rc.tags.as_deref().map(usage::event::parse_tags_header).unwrap_or_default(),
+            tags: rc.tags.as_deref().map(event::parse_tags_header).unwrap_or_default(),
             end_user: None,
             shape: None,
             finished_ms: None,
@@ -129,8 +125,8 @@ impl RequestOutcome {
 
     /// Records what the usage event needs from a chat request: tags, end user, estimate inputs.
     pub fn describe(&mut self, chat: &ChatRequest) {
-        let metadata = chat.metadata.as_ref().map(usage::event::metadata_tags).unwrap_or_default();
-        self.tags = usage::event::merge_tags(std::mem::take(&mut self.tags), metadata);
+        let metadata = chat.metadata.as_ref().map(event::metadata_tags).unwrap_or_default();
+        self.tags = event::merge_tags(std::mem::take(&mut self.tags), metadata);
         self.end_user = chat.user.clone().filter(|u| !u.is_empty());
         self.shape = Some(RequestShape {
             text_chars: chat.text_chars(),
@@ -160,36 +156,28 @@ impl RequestOutcome {
         self.status = err.status;
         self.error_code = Some(err.code.clone());
     }
+}
 
-    /// Reports after the response is sent; never delays the client.
-    pub fn finish(mut self, ctx: &Context, env: &Env) {
-        self.finished_ms = Some(worker::Date::now().as_millis());
-        let env = env.clone();
-        ctx.wait_until(async move { self.finish_detached(&env).await });
-    }
+/// A reservation held for a request, settled when its usage event is built.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BudgetClaim {
+    /// The object's name (`budget:<tenant>:<YYYY-MM>`): settles go where the reservation went.
+    pub object: String,
+    pub id: String,
+    /// The estimate: reserved when `held`, else what the request would have reserved.
+    pub reserved_micro_usd: u64,
+    /// False when the object could not be reached at the start (admitted without a reservation):
+    /// the settle then charges the actual cost all the same.
+    pub held: bool,
+    pub soft_micro_usd: Option<u64>,
+    /// The tenant was past its soft limit when this request was admitted.
+    pub soft_exceeded: bool,
+}
 
-    /// Prices the request and sends its usage event; call inside `wait_until`.
-    pub async fn finish_detached(mut self, env: &Env) {
-        let now = worker::Date::now().as_millis();
-        if let Some(hit) = self.cache_hit.as_mut() {
-            // The cache keeps only the deployment id; the route table names its vendor and price.
-            if let Some(d) = config::store::route_table(env, now)
-                .await
-                .ok()
-                .and_then(|t| t.deployments.get(&hit.deployment).cloned())
-            {
-                hit.provider = Some(d.provider.as_str().to_string());
-                hit.price_key = Some(price_key(&d));
-                hit.model = Some(d.model);
-            }
-        }
-        let prices = usage::queue::price_table(env, now).await;
-        let mut event = UsageEvent::build(&self, prices.as_deref(), self.finished_ms.unwrap_or(now));
-        if let Some(claim) = &self.budget {
-            // An unknown cost (no price) keeps the reservation charged rather than nothing.
-            let spent = budget::settle(env, claim, event.cost_micro_usd.unwrap_or(claim.reserved_micro_usd)).await;
-            event.budget_soft_exceeded = claim.soft_exceeded_after(spent);
-        }
-        usage::queue::send(env, &event).await;
+impl BudgetClaim {
+    /// What the usage event says: admitted past the soft limit, or this request's own cost
+    /// took the settled spend past it.
+    pub fn soft_exceeded_after(&self, spent_micro_usd: Option<u64>) -> bool {
+        self.soft_exceeded || self.soft_micro_usd.zip(spent_micro_usd).is_some_and(|(soft, spent)| spent > soft)
     }
 }
