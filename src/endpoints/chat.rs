@@ -16,8 +16,8 @@ use crate::pipeline::run::{self, Trip};
 use crate::pipeline::step::{Answer, ClientStream, VendorStep};
 use crate::providers::{self, StreamTranslator, UpstreamCall, UpstreamError};
 use crate::support::clock::now_ms;
-use crate::usage::event::RequestShape;
 use crate::usage::record::RequestOutcome;
+use crate::usage::record::RequestShape;
 use worker::{Context, Env, Response};
 
 pub async fn completions(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context) -> Result<Response, ApiError> {

@@ -9,8 +9,8 @@ use crate::pipeline::gate::Needs;
 use crate::pipeline::run::{self, Trip};
 use crate::pipeline::step::{Answer, ClientStream, VendorStep};
 use crate::providers::{self, StreamTranslator, UpstreamCall, UpstreamError};
-use crate::usage::event::RequestShape;
 use crate::usage::record::RequestOutcome;
+use crate::usage::record::RequestShape;
 use serde_json::Value;
 use worker::{Context, Env, Response};
 

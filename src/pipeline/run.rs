@@ -25,7 +25,7 @@ use crate::pipeline::upstream::{self, UpstreamResponse};
 use crate::providers::{self, ErrorClass, UpstreamError};
 use crate::support::clock::now_ms;
 use crate::usage::estimate::{self, TokenEstimate};
-use crate::usage::event::RequestShape;
+use crate::usage::record::RequestShape;
 use crate::usage::record::{Attempt, RequestOutcome};
 use limiter::protocol::{TokenUsage, UpstreamSignals};
 use worker::{Context, Env, Response};

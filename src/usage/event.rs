@@ -12,32 +12,14 @@ use crate::canonical::usage::Usage;
 use crate::config::prices::PriceTable;
 use crate::usage::estimate;
 use crate::usage::record::{Attempt, RequestOutcome};
+#[cfg(test)]
+use crate::usage::record::{CacheHit, RequestShape};
+#[cfg(test)]
+use crate::usage::tags::{merge_tags, metadata_tags, parse_tags_header};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 
 pub const SCHEMA_VERSION: u32 = 1;
-const MAX_TAGS: usize = 32;
-const MAX_TAG_KEY_CHARS: usize = 64;
-const MAX_TAG_VALUE_CHARS: usize = 256;
-
-/// What the limiter's token estimate was computed from, kept to re-derive it for billing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RequestShape {
-    pub text_chars: usize,
-    pub messages: usize,
-    pub max_output: Option<u64>,
-}
-
-/// An answer served from the response cache, and what the original request was billed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CacheHit {
-    pub deployment: String,
-    pub provider: Option<String>,
-    pub model: Option<String>,
-    pub price_key: Option<String>,
-    pub avoided: Option<Usage>,
-}
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TokenCounts {
@@ -143,52 +125,6 @@ pub struct UsageEvent {
     #[serde(default)]
     pub budget_soft_exceeded: bool,
     pub attempts: Vec<AttemptEvent>,
-}
-
-/// `x-gateway-tags: feature=search,team=growth`: malformed pairs are skipped, sizes are bounded.
-pub fn parse_tags_header(header: &str) -> BTreeMap<String, String> {
-    let mut tags = BTreeMap::new();
-    for pair in header.split(',') {
-        if let Some((k, v)) = pair.split_once('=') {
-            insert_tag(&mut tags, k.trim(), v.trim());
-        }
-    }
-    tags
-}
-
-/// The request's `metadata` object as tags: strings, numbers and booleans; nested values are skipped.
-pub fn metadata_tags(metadata: &Map<String, Value>) -> BTreeMap<String, String> {
-    let mut tags = BTreeMap::new();
-    for (k, v) in metadata {
-        let text = match v {
-            Value::String(s) => s.clone(),
-            Value::Number(n) => n.to_string(),
-            Value::Bool(b) => b.to_string(),
-            _ => continue,
-        };
-        insert_tag(&mut tags, k.trim(), text.trim());
-    }
-    tags
-}
-
-fn insert_tag(tags: &mut BTreeMap<String, String>, key: &str, value: &str) {
-    let key_ok = !key.is_empty()
-        && key.chars().count() <= MAX_TAG_KEY_CHARS
-        && key.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':'));
-    if key_ok && !value.is_empty() && (tags.len() < MAX_TAGS || tags.contains_key(key)) {
-        tags.insert(key.to_string(), value.chars().take(MAX_TAG_VALUE_CHARS).collect());
-    }
-}
-
-/// Header tags win over metadata tags of the same name.
-pub fn merge_tags(header: BTreeMap<String, String>, metadata: BTreeMap<String, String>) -> BTreeMap<String, String> {
-    let mut tags = header;
-    for (k, v) in metadata {
-        if !tags.contains_key(&k) && tags.len() < MAX_TAGS {
-            tags.insert(k, v);
-        }
-    }
-    tags
 }
 
 fn attempt_event(
@@ -553,17 +489,6 @@ mod tests {
         assert_eq!((e.feature.as_deref(), e.end_user.as_deref()), (Some("dupe"), Some("u-9")));
         o.end_user = Some("body-user".into());
         assert_eq!(UsageEvent::build(&o, None, T0).end_user.as_deref(), Some("body-user"), "the request's `user` wins");
-    }
-
-    #[test]
-    fn tags_are_bounded() {
-        let many: String = (0..40).map(|i| format!("k{i}=v")).collect::<Vec<_>>().join(",");
-        assert_eq!(parse_tags_header(&many).len(), MAX_TAGS);
-        let long = format!("k={}", "x".repeat(1000));
-        assert_eq!(parse_tags_header(&long)["k"].len(), MAX_TAG_VALUE_CHARS);
-        assert!(parse_tags_header(&format!("{}=v", "k".repeat(65))).is_empty());
-        assert!(parse_tags_header("a b=v,ü=v,a/b=v").is_empty());
-        assert_eq!(parse_tags_header("team.sub:x-y_z=v").len(), 1);
     }
 
     #[test]

@@ -6,3 +6,4 @@ pub mod event;
 pub mod export;
 pub mod queue;
 pub mod record;
+pub mod tags;

@@ -7,9 +7,28 @@ use crate::canonical::ChatRequest;
 use crate::config::routes::Deployment;
 use crate::http::error::ApiError;
 use crate::providers::UpstreamError;
-use crate::usage::event::{self, CacheHit, RequestShape};
+use crate::usage::tags;
+use serde::Deserialize;
 use serde::Serialize;
 use std::collections::BTreeMap;
+
+/// What the limiter's token estimate was computed from, kept to re-derive it for billing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestShape {
+    pub text_chars: usize,
+    pub messages: usize,
+    pub max_output: Option<u64>,
+}
+
+/// An answer served from the response cache, and what the original request was billed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CacheHit {
+    pub deployment: String,
+    pub provider: Option<String>,
+    pub model: Option<String>,
+    pub price_key: Option<String>,
+    pub avoided: Option<Usage>,
+}
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Attempt {
@@ -114,7 +133,7 @@ impl RequestOutcome {
             attempts: Vec::new(),
             error_code: None,
             status: 200,
-            tags: rc.tags.as_deref().map(event::parse_tags_header).unwrap_or_default(),
+            tags: rc.tags.as_deref().map(tags::parse_tags_header).unwrap_or_default(),
             end_user: None,
             shape: None,
             finished_ms: None,
@@ -125,8 +144,8 @@ impl RequestOutcome {
 
     /// Records what the usage event needs from a chat request: tags, end user, estimate inputs.
     pub fn describe(&mut self, chat: &ChatRequest) {
-        let metadata = chat.metadata.as_ref().map(event::metadata_tags).unwrap_or_default();
-        self.tags = event::merge_tags(std::mem::take(&mut self.tags), metadata);
+        let metadata = chat.metadata.as_ref().map(tags::metadata_tags).unwrap_or_default();
+        self.tags = tags::merge_tags(std::mem::take(&mut self.tags), metadata);
         self.end_user = chat.user.clone().filter(|u| !u.is_empty());
         self.shape = Some(RequestShape {
             text_chars: chat.text_chars(),
