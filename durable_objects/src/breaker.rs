@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::{Outcome, RejectCode};
+use crate::types::{Outcome, RejectCode};
 
 /// When the single probe's slot frees is unknown (it frees on settle); ask again after this.
 pub const PROBE_RETRY_MS: u64 = 1_000;

@@ -15,8 +15,9 @@
 //! [`SETTLED_KEEP_MS`]), or held → its TTL passes → expired (released; a late `Settle` still
 //! charges the actual cost until [`EXPIRED_KEEP_MS`] has passed).
 
+use crate::object::{now_ms, respond, Alarm, Rearm};
 use crate::utc;
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
@@ -24,8 +25,8 @@ use worker::js_sys::{Object, Reflect};
 use worker::wasm_bindgen; // the #[durable_object] expansion names `wasm_bindgen` unqualified
 use worker::wasm_bindgen::JsValue;
 use worker::{
-    console_error, console_warn, durable_object, Date, DurableObject, Env, Method, Request, RequestInit, Response,
-    Result, State, Stub,
+    console_error, console_warn, durable_object, DurableObject, Env, Method, Request, RequestInit, Response, Result,
+    State, Stub,
 };
 
 /// Durable Objects ignore the host; the path is kept for logs.
@@ -505,12 +506,12 @@ pub async fn call(stub: &Stub, req: &BudgetRequest) -> Result<BudgetResponse> {
 pub struct TenantBudget {
     state: State,
     core: RefCell<Option<BudgetState>>,
-    alarm_at: Cell<Option<u64>>,
+    alarm: Alarm,
 }
 
 impl DurableObject for TenantBudget {
     fn new(state: State, _env: Env) -> Self {
-        TenantBudget { state, core: RefCell::new(None), alarm_at: Cell::new(None) }
+        TenantBudget { state, core: RefCell::new(None), alarm: Alarm::default() }
     }
 
     /// `POST` a [`BudgetRequest`]; answers a [`BudgetResponse`].
@@ -541,7 +542,7 @@ impl DurableObject for TenantBudget {
     }
 
     async fn alarm(&self) -> Result<Response> {
-        self.alarm_at.set(None);
+        self.alarm.cleared();
         self.load().await?;
         let now = now_ms();
         let writes = {
@@ -590,7 +591,7 @@ impl TenantBudget {
         let storage = self.state.storage();
         if writes.delete_all {
             storage.delete_all().await?;
-            self.alarm_at.set(None);
+            self.alarm.cleared();
         }
         for chunk in writes.puts.chunks(MAX_KEYS_PER_CALL) {
             let values = Object::new();
@@ -609,22 +610,8 @@ impl TenantBudget {
     async fn arm_alarm(&self, now: u64) {
         let wanted = self.core.borrow().as_ref().and_then(|c| c.alarm_time(now));
         let Some(at) = wanted else { return };
-        if self.alarm_at.get().is_some_and(|armed| armed <= at) {
-            return;
-        }
-        match self.state.storage().set_alarm(at.saturating_sub(now).max(1) as i64).await {
-            Ok(()) => self.alarm_at.set(Some(at)),
-            Err(e) => console_error!("budget: cannot set alarm: {e}"),
-        }
+        self.alarm.arm(&self.state.storage(), now, at, Rearm::IfEarlier, "budget").await;
     }
-}
-
-fn respond(body: &BudgetResponse, status: u16) -> Result<Response> {
-    Ok(Response::from_json(body)?.with_status(status))
-}
-
-fn now_ms() -> u64 {
-    Date::now().as_millis()
 }
 
 #[cfg(test)]

@@ -9,16 +9,18 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::breaker::{Breaker, BreakerState, BreakerStatus, Gate, Refusal};
+use crate::breaker::{Breaker, BreakerState, Gate, Refusal};
 use crate::bucket::{Bucket, Refill};
 use crate::fair_share::TenantShares;
 use crate::leases::{Calls, LeaseCounts, LeaseStatus};
 use crate::limits::{Amounts, BucketKind, Limits};
+pub use crate::protocol::StatusReport;
 use crate::protocol::{
     AdmitDecision, AdmitRequest, LeaseDecision, LeaseGrant, LimiterRequest, LimiterResponse, Outcome, RejectCode,
     ReleaseReport, ReleaseRequest, Scope, SettleMatch, SettleReport, SettleRequest, TokenUsage, UpstreamSignals,
 };
 use crate::reservations::{Found, Ledger, Reservation};
+pub use crate::types::{BucketStatus, Pause, PauseReason};
 
 /// A 429 without Retry-After or remaining-headers still slows the deployment down this long.
 pub const RATE_LIMITED_PAUSE_MS: u64 = 1_000;
@@ -27,51 +29,6 @@ pub const RATE_LIMITED_PAUSE_MS: u64 = 1_000;
 pub const CONCURRENCY_RETRY_MS: u64 = 1_000;
 
 const SNAPSHOT_VERSION: u32 = 1;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PauseReason {
-    /// The vendor sent Retry-After (or a bare 429).
-    RetryAfter,
-    /// The vendor said the account's quota or spend cap is exhausted.
-    Quota,
-}
-
-impl PauseReason {
-    fn code(self) -> RejectCode {
-        match self {
-            PauseReason::RetryAfter => RejectCode::Paused,
-            PauseReason::Quota => RejectCode::QuotaExhausted,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Pause {
-    pub until_ms: u64,
-    pub reason: PauseReason,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BucketStatus {
-    pub capacity: u64,
-    /// Whole tokens (or requests) available now; negative while in debt.
-    pub available: i64,
-    pub period_ms: u64,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StatusReport {
-    pub now_ms: u64,
-    pub breaker: BreakerStatus,
-    pub buckets: BTreeMap<BucketKind, BucketStatus>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pause: Option<Pause>,
-    pub in_flight: u64,
-    pub limits: Limits,
-    pub leases: LeaseStatus,
-    pub calls: Calls,
-}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LimiterState {
