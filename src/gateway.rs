@@ -10,11 +10,12 @@ use crate::http;
 use crate::http::error::ApiError;
 use crate::idempotency;
 use crate::idempotency::gate::Gate;
+use crate::support::clock::now_ms;
 use worker::{Context, Env, Method, Request, Response};
 
 pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
     let request_id = new_request_id();
-    let started_ms = worker::Date::now().as_millis();
+    let started_ms = now_ms();
     let path = req.path();
     let method = req.method();
     let result = match (method.clone(), path.as_str()) {

@@ -1,6 +1,7 @@
 //! What the gateway knows about one client request once its key is accepted.
 
 use crate::config::keys::KeyRecord;
+use crate::support::clock::now_ms;
 use std::rc::Rc;
 use worker::Env;
 
@@ -30,7 +31,7 @@ pub struct RequestContext {
 pub fn random_u64() -> u64 {
     let mut bytes = [0u8; 8];
     if getrandom::getrandom(&mut bytes).is_err() {
-        return worker::Date::now().as_millis().wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        return now_ms().wrapping_mul(0x9e37_79b9_7f4a_7c15);
     }
     u64::from_le_bytes(bytes)
 }
@@ -64,7 +65,7 @@ pub fn new_request_id() -> String {
             c.set(c.get() + 1);
             c.get()
         });
-        bytes[..8].copy_from_slice(&worker::Date::now().as_millis().to_le_bytes());
+        bytes[..8].copy_from_slice(&now_ms().to_le_bytes());
         bytes[8..].copy_from_slice(&n.to_le_bytes());
     }
     let mut id = String::with_capacity(28);

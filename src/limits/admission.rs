@@ -21,6 +21,7 @@ use crate::config::routes::Deployment;
 use crate::limits::lease_ledger::{Decision, LeaseCache, LocalAdmit, SettleAction, Ticket, MAX_QUIET_MS};
 use crate::limits::refusal::{LimitScope, Refusal};
 use crate::providers::{ErrorClass, UpstreamError};
+use crate::support::clock::now_ms;
 use crate::usage::estimate::TokenEstimate;
 use futures::future::join_all;
 use limiter::breaker::BreakerState;
@@ -144,20 +145,8 @@ async fn admit_to(
             Admit::Admitted(Admission { via, remaining_requests, remaining_tokens })
         }
         Ok(AdmitDecision::Rejected { code, retry_after_ms, .. }) => {
-            if let Some(ask) = &ask {
-                let answer = LeaseDecision::Refused { code, retry_after_ms };
-                on_lease_answer(ctx, env, object, limits, &ask.id, answer);
-            } else if code.is_health() && leases(|c| c.unhealthy(object, retry_after_ms, now_ms())) {
-                // Open, paused or ramping: slices too small for this request stop too.
-                ctx.wait_until(report_now(env.clone(), object.to_string()));
-            }
-            if !code.is_health() {
-                // A lease granted while this round trip was in flight may cover the request.
-                if let Some(local) = leases(|c| c.admit_held(object, limits, need, now_ms())) {
-                    return Admit::Admitted(local_admission(env, object, reservation_id, local));
-                }
-            }
-            Admit::Refused { code, retry_after_ms }
+            let refusal = Refused { code, retry_after_ms, need, reservation_id };
+            refused(ctx, env, object, limits, ask.as_ref(), refusal)
         }
         Err(e) => {
             leases(|c| {
@@ -170,6 +159,33 @@ async fn admit_to(
             Admit::Admitted(unlimited())
         }
     }
+}
+
+/// A refusal from the limiter object, with what the request needed.
+struct Refused {
+    code: RejectCode,
+    retry_after_ms: u64,
+    need: Amounts,
+    reservation_id: String,
+}
+
+/// A pending lease ask learns of the refusal; a health refusal stops local admits too; a lease
+/// granted while the round trip was in flight may still cover the request.
+fn refused(ctx: &Context, env: &Env, object: &str, limits: &Limits, ask: Option<&LeaseAsk>, r: Refused) -> Admit {
+    let Refused { code, retry_after_ms, need, reservation_id } = r;
+    if let Some(ask) = ask {
+        let answer = LeaseDecision::Refused { code, retry_after_ms };
+        on_lease_answer(ctx, env, object, limits, &ask.id, answer);
+    } else if code.is_health() && leases(|c| c.unhealthy(object, retry_after_ms, now_ms())) {
+        // Open, paused or ramping: slices too small for this request stop too.
+        ctx.wait_until(report_now(env.clone(), object.to_string()));
+    }
+    if !code.is_health() {
+        if let Some(local) = leases(|c| c.admit_held(object, limits, need, now_ms())) {
+            return Admit::Admitted(local_admission(env, object, reservation_id, local));
+        }
+    }
+    Admit::Refused { code, retry_after_ms }
 }
 
 /// After a refusal for want of room the isolate asks again no sooner than this.
@@ -290,10 +306,6 @@ fn log_unreachable(object: &str, error: &str) {
 
 fn log_failed(event: &str, object: &str, error: &str) {
     worker::console_error!("{}", serde_json::json!({"event": event, "limiter": object, "error": error}));
-}
-
-fn now_ms() -> u64 {
-    worker::Date::now().as_millis()
 }
 
 /// What the breaker should learn from an attempt's end.
