@@ -6,6 +6,7 @@ pub mod context;
 use crate::auth::context::RequestContext;
 use crate::config;
 use crate::config::keys::{self, KeyRefusal};
+use crate::http::codes;
 use crate::http::error::ApiError;
 use worker::{Env, Request};
 
@@ -17,10 +18,15 @@ pub async fn authenticate(req: &Request, env: &Env, request_id: &str, now_ms: u6
     match record.check(now_ms) {
         Ok(()) => {}
         Err(KeyRefusal::Revoked) => {
-            return Err(ApiError::new(401, "invalid_request_error", "key_revoked", "This API key has been revoked."))
+            return Err(ApiError::new(
+                401,
+                "invalid_request_error",
+                codes::KEY_REVOKED,
+                "This API key has been revoked.",
+            ))
         }
         Err(KeyRefusal::Expired) => {
-            return Err(ApiError::new(401, "invalid_request_error", "key_expired", "This API key has expired."))
+            return Err(ApiError::new(401, "invalid_request_error", codes::KEY_EXPIRED, "This API key has expired."))
         }
         Err(_) => return Err(ApiError::invalid_key()),
     }

@@ -5,6 +5,7 @@
 
 // ApiError is the client-facing error, built at most once per request; boxing it buys nothing here.
 
+use crate::http::codes;
 use crate::http::error::ApiError;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -251,12 +252,12 @@ impl ChatRequest {
     pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
         let value: Value = serde_json::from_slice(body).map_err(|e| {
             ApiError::invalid_request(
-                "invalid_json",
+                codes::INVALID_JSON,
                 format!("We could not parse the JSON body of your request ({e}). The API expects a JSON object."),
             )
         })?;
         validate::request(&value)?;
-        serde_json::from_value(value).map_err(|e| ApiError::invalid_request("invalid_request", e.to_string()))
+        serde_json::from_value(value).map_err(|e| ApiError::invalid_request(codes::INVALID_REQUEST, e.to_string()))
     }
 
     pub fn is_stream(&self) -> bool {

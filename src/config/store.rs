@@ -5,6 +5,7 @@
 
 use crate::config::keys::{self, KeyRecord, TenantRecord};
 use crate::config::routes::{RouteTable, ROUTES_KV_KEY};
+use crate::http::codes;
 use crate::http::error::ApiError;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -160,7 +161,10 @@ pub async fn route_table(env: &Env, now_ms: u64) -> Result<Rc<RouteTable>, ApiEr
         Some(table) => Ok(table),
         None => {
             let problem = TABLE.with(|t| t.borrow().problem.clone()).unwrap_or_else(|| "not loaded".into());
-            Err(ApiError::unavailable("no_route_table", format!("The gateway has no valid route table: {problem}")))
+            Err(ApiError::unavailable(
+                codes::NO_ROUTE_TABLE,
+                format!("The gateway has no valid route table: {problem}"),
+            ))
         }
     }
 }
@@ -176,7 +180,8 @@ pub async fn key_record(env: &Env, secret: &str, now_ms: u64) -> Result<Option<R
         return Ok(record);
     }
     let kv = env.kv(CONFIG_BINDING).map_err(|e| ApiError::internal(format!("KV binding {CONFIG_BINDING}: {e}")))?;
-    let text = kv.get(&name).text().await.map_err(|e| ApiError::unavailable("key_store_unavailable", e.to_string()))?;
+    let text =
+        kv.get(&name).text().await.map_err(|e| ApiError::unavailable(codes::KEY_STORE_UNAVAILABLE, e.to_string()))?;
     let record = match text {
         None => None,
         Some(t) => match serde_json::from_str::<KeyRecord>(&t) {

@@ -4,6 +4,7 @@
 use crate::config;
 use crate::config::keys;
 use crate::http;
+use crate::http::codes;
 use crate::http::error::ApiError;
 use crate::limits::admission::LIMITER_BINDING;
 use futures::future::join_all;
@@ -17,7 +18,7 @@ fn authorize(req: &Request, env: &Env) -> Result<(), ApiError> {
         return Err(ApiError::new(
             403,
             "permission_error",
-            "admin_disabled",
+            codes::ADMIN_DISABLED,
             "Set the ADMIN_TOKEN secret to use admin endpoints.",
         ));
     };
@@ -25,7 +26,7 @@ fn authorize(req: &Request, env: &Env) -> Result<(), ApiError> {
     match keys::bearer(header.as_deref()) {
         // Compare hashes so the comparison time says nothing about the token.
         Some(token) if keys::hash_key(token) == keys::hash_key(&expected) && !expected.is_empty() => Ok(()),
-        Some(_) => Err(ApiError::new(403, "permission_error", "invalid_admin_token", "Invalid admin token.")),
+        Some(_) => Err(ApiError::new(403, "permission_error", codes::INVALID_ADMIN_TOKEN, "Invalid admin token.")),
         None => Err(ApiError::missing_key()),
     }
 }

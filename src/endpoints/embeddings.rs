@@ -4,6 +4,7 @@
 use crate::auth::context::RequestContext;
 use crate::config::routes::Deployment;
 use crate::endpoints::route;
+use crate::http::codes;
 use crate::http::error::ApiError;
 use crate::pipeline::gate::Needs;
 use crate::pipeline::run::{self, Trip};
@@ -16,19 +17,23 @@ use worker::{Context, Env, Response};
 
 /// Checks the fields every embeddings request needs; the rest passes through untouched.
 pub fn parse(body: &[u8]) -> Result<(Value, String, usize), ApiError> {
-    let value: Value = serde_json::from_slice(body)
-        .map_err(|e| ApiError::invalid_request("invalid_json", format!("The request body is not valid JSON: {e}")))?;
+    let value: Value = serde_json::from_slice(body).map_err(|e| {
+        ApiError::invalid_request(codes::INVALID_JSON, format!("The request body is not valid JSON: {e}"))
+    })?;
     let Some(obj) = value.as_object() else {
-        return Err(ApiError::invalid_request("invalid_type", "The request body must be a JSON object."));
+        return Err(ApiError::invalid_request(codes::INVALID_TYPE, "The request body must be a JSON object."));
     };
     let model = match obj.get("model") {
         Some(Value::String(m)) if !m.is_empty() => m.clone(),
         Some(_) => {
-            return Err(ApiError::invalid_request("invalid_type", "'model' must be a string.").with_param("model"))
+            return Err(ApiError::invalid_request(codes::INVALID_TYPE, "'model' must be a string.").with_param("model"))
         }
         None => {
-            return Err(ApiError::invalid_request("missing_required_parameter", "Missing required parameter: 'model'.")
-                .with_param("model"))
+            return Err(ApiError::invalid_request(
+                codes::MISSING_REQUIRED_PARAMETER,
+                "Missing required parameter: 'model'.",
+            )
+            .with_param("model"))
         }
     };
     let chars = match obj.get("input") {
@@ -36,14 +41,17 @@ pub fn parse(body: &[u8]) -> Result<(Value, String, usize), ApiError> {
         Some(Value::Array(items)) if !items.is_empty() => items.iter().map(|i| i.to_string().len()).sum(),
         Some(_) => {
             return Err(ApiError::invalid_request(
-                "invalid_type",
+                codes::INVALID_TYPE,
                 "'input' must be a non-empty string or array of strings or token arrays.",
             )
             .with_param("input"))
         }
         None => {
-            return Err(ApiError::invalid_request("missing_required_parameter", "Missing required parameter: 'input'.")
-                .with_param("input"))
+            return Err(ApiError::invalid_request(
+                codes::MISSING_REQUIRED_PARAMETER,
+                "Missing required parameter: 'input'.",
+            )
+            .with_param("input"))
         }
     };
     Ok((value, model, chars))

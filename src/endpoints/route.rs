@@ -4,6 +4,7 @@
 use crate::auth::context::RequestContext;
 use crate::config;
 use crate::config::routes::{LogicalModel, RouteTable};
+use crate::http::codes;
 use crate::http::error::ApiError;
 use std::rc::Rc;
 use worker::Env;
@@ -19,7 +20,7 @@ pub fn model<'t>(table: &'t RouteTable, rc: &RequestContext, logical: &str) -> R
         return Err(ApiError::new(
             403,
             "permission_error",
-            "model_not_allowed",
+            codes::MODEL_NOT_ALLOWED,
             format!("This key may not use model '{logical}'."),
         )
         .with_param("model"));

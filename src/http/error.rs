@@ -1,5 +1,6 @@
 //! Client-facing errors in OpenAI's format: `{"error":{"message","type","param","code"}}`.
 
+use crate::http::codes;
 use serde::Serialize;
 
 /// An error the gateway answers with; every refusal names a machine-readable `code`.
@@ -66,48 +67,53 @@ impl ApiError {
         Self::new(
             401,
             "invalid_request_error",
-            "missing_api_key",
+            codes::MISSING_API_KEY,
             "You didn't provide an API key. Send it as 'Authorization: Bearer <virtual key>'.",
         )
     }
 
     pub fn invalid_key() -> Self {
-        Self::new(401, "invalid_request_error", "invalid_api_key", "Incorrect API key provided.")
+        Self::new(401, "invalid_request_error", codes::INVALID_API_KEY, "Incorrect API key provided.")
     }
 
     pub fn model_not_found(model: &str) -> Self {
         Self::new(
             404,
             "invalid_request_error",
-            "model_not_found",
+            codes::MODEL_NOT_FOUND,
             format!("The model '{model}' does not exist or you do not have access to it."),
         )
         .with_param("model")
     }
 
     pub fn not_found(path: &str) -> Self {
-        Self::new(404, "invalid_request_error", "unknown_url", format!("Unknown request URL: {path}."))
+        Self::new(404, "invalid_request_error", codes::UNKNOWN_URL, format!("Unknown request URL: {path}."))
     }
 
     pub fn method_not_allowed(method: &str, path: &str) -> Self {
-        Self::new(405, "invalid_request_error", "method_not_allowed", format!("{method} is not allowed on {path}."))
+        Self::new(
+            405,
+            "invalid_request_error",
+            codes::METHOD_NOT_ALLOWED,
+            format!("{method} is not allowed on {path}."),
+        )
     }
 
     pub fn body_too_large(limit: usize) -> Self {
         Self::new(
             413,
             "invalid_request_error",
-            "request_too_large",
+            codes::REQUEST_TOO_LARGE,
             format!("Request body exceeds the gateway's limit of {limit} bytes."),
         )
     }
 
     pub fn bad_gateway(message: impl Into<String>) -> Self {
-        Self::new(502, "upstream_error", "upstream_error", message)
+        Self::new(502, "upstream_error", codes::UPSTREAM_ERROR, message)
     }
 
     pub fn internal(message: impl Into<String>) -> Self {
-        Self::new(500, "server_error", "internal_error", message)
+        Self::new(500, "server_error", codes::INTERNAL_ERROR, message)
     }
 
     pub fn unavailable(code: &str, message: impl Into<String>) -> Self {

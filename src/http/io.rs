@@ -1,5 +1,6 @@
 //! Building responses and reading request bodies.
 
+use crate::http::codes;
 use crate::http::error::ApiError;
 use worker::{Request, Response, ResponseBuilder};
 
@@ -53,7 +54,7 @@ pub async fn read_body(req: &mut Request) -> Result<Vec<u8>, ApiError> {
     if declared.is_some_and(|n| n > MAX_BODY_BYTES) {
         return Err(ApiError::body_too_large(MAX_BODY_BYTES));
     }
-    let body = req.bytes().await.map_err(|e| ApiError::invalid_request("unreadable_body", e.to_string()))?;
+    let body = req.bytes().await.map_err(|e| ApiError::invalid_request(codes::UNREADABLE_BODY, e.to_string()))?;
     if body.len() > MAX_BODY_BYTES {
         return Err(ApiError::body_too_large(MAX_BODY_BYTES));
     }

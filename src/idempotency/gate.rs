@@ -2,6 +2,7 @@
 //! whether this request proceeds, waits (409), replays the stored answer, or is refused (422).
 
 use crate::http;
+use crate::http::codes;
 use crate::http::error::ApiError;
 use crate::idempotency::{self, IdempotencyRequest, IdempotencyResponse, Settle, REPLAYED_HEADER};
 use limiter::idempotency::call;
@@ -24,7 +25,7 @@ pub enum Gate {
 }
 
 fn unavailable(e: impl std::fmt::Display) -> ApiError {
-    ApiError::unavailable("idempotency_unavailable", format!("The idempotency store is unavailable: {e}"))
+    ApiError::unavailable(codes::IDEMPOTENCY_UNAVAILABLE, format!("The idempotency store is unavailable: {e}"))
 }
 
 /// Longest a first request may run before its key stops blocking retries (the routes' maximum deadline).
@@ -36,7 +37,7 @@ pub async fn enter(req: &Request, env: &Env, tenant: &str, request_id: &str, bod
     let parsed: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
     if parsed.get("stream") == Some(&Value::Bool(true)) {
         return Err(ApiError::invalid_request(
-            "idempotency_not_supported_for_streams",
+            codes::IDEMPOTENCY_NOT_SUPPORTED_FOR_STREAMS,
             "Idempotency-Key is supported for non-streaming requests only.",
         ));
     }

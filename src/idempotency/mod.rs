@@ -8,6 +8,7 @@ pub mod gate;
 
 use crate::cache::key::canonical_json;
 use crate::config::keys::hash_key;
+use crate::http::codes;
 use crate::http::error::ApiError;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -43,7 +44,7 @@ pub fn parse_key(header: Option<&str>) -> Result<Option<&str>, ApiError> {
     let key = raw.trim();
     if key.is_empty() || key.len() > MAX_KEY_LEN || !key.bytes().all(|b| (0x20..0x7f).contains(&b)) {
         return Err(ApiError::invalid_request(
-            "invalid_idempotency_key",
+            codes::INVALID_IDEMPOTENCY_KEY,
             format!("The Idempotency-Key header must be 1 to {MAX_KEY_LEN} printable ASCII characters."),
         ));
     }
@@ -121,7 +122,7 @@ pub fn refusal(resp: &IdempotencyResponse) -> Option<ApiError> {
             ApiError::new(
                 409,
                 "invalid_request_error",
-                "idempotency_key_in_use",
+                codes::IDEMPOTENCY_KEY_IN_USE,
                 "A request with this Idempotency-Key is still in progress. Retry after it finishes.",
             )
             .with_retry_after_ms(*retry_after_ms),
@@ -129,7 +130,7 @@ pub fn refusal(resp: &IdempotencyResponse) -> Option<ApiError> {
         IdempotencyResponse::Mismatch => Some(ApiError::new(
             422,
             "invalid_request_error",
-            "idempotency_key_reused",
+            codes::IDEMPOTENCY_KEY_REUSED,
             "This Idempotency-Key was already used with a different request body. Use a new key.",
         )),
         _ => None,

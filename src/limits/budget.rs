@@ -12,6 +12,7 @@ use crate::auth::context::RequestContext;
 use crate::config::budgets;
 use crate::config::prices::{self, PriceTable};
 use crate::config::routes::Deployment;
+use crate::http::codes;
 use crate::http::error::ApiError;
 use crate::support::clock::now_ms;
 use crate::support::log;
@@ -73,7 +74,7 @@ pub fn refusal_error(tenant: &str, period: &Period, r: &Refusal) -> ApiError {
     ApiError::new(
         402,
         "insufficient_quota",
-        "budget_exceeded",
+        codes::BUDGET_EXCEEDED,
         format!(
             "Tenant '{tenant}' has spent {} of its {} µ$ budget for {}; this request may cost up to {} µ$ (limit 'budget', scope tenant): {why}.",
             r.spent_micro_usd, r.hard_micro_usd, period.key, r.amount_micro_usd

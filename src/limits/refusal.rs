@@ -1,6 +1,7 @@
 //! The limiter refusals a client sees (429 with which limit, which scope, when it resets), and
 //! how refusals of several deployments merge into one.
 
+use crate::http::codes;
 use crate::http::error::ApiError;
 use limiter::protocol::RejectCode;
 
@@ -58,7 +59,7 @@ pub fn refusal_error(r: &Refusal) -> ApiError {
             r.name
         ),
     };
-    ApiError::new(429, "rate_limit_error", format!("{scope}_{limit}"), message)
+    ApiError::new(429, "rate_limit_error", codes::limit_refused(scope, limit), message)
         .with_retry_after_ms(ms)
         .with_header("x-gateway-limit", limit)
         .with_header("x-gateway-limit-scope", scope)

@@ -13,6 +13,7 @@
 //! as its floor, and is not started when the wait would end past the deadline.
 
 use crate::config::policy::RetryPolicy;
+use crate::http::codes;
 use crate::http::error::ApiError;
 use crate::limits::refusal::{refusal_error, Refusal};
 use crate::pipeline::gate::Gate;
@@ -292,7 +293,7 @@ impl Planner {
         let nothing_tried = match (&self.unbuildable, self.capability_gap()) {
             (Some(e), _) => e.clone(),
             (None, Some(gap)) => ApiError::invalid_request(
-                "capability_not_supported",
+                codes::CAPABILITY_NOT_SUPPORTED,
                 format!(
                     "No deployment of model '{logical_model}' supports what this request needs: {}.",
                     gap.join(", ")

@@ -7,6 +7,7 @@ use crate::auth::context::RequestContext;
 use crate::cache::policy::{self, CachedAnswer};
 use crate::cache::store::CacheUse;
 use crate::config::routes::{Deployment, LogicalModel};
+use crate::http::codes;
 use crate::http::error::ApiError;
 use crate::http::io;
 use crate::limits::admission::{self, Admission, Admit, Scopes};
@@ -329,7 +330,7 @@ impl<'a> Driver<'a> {
         self.log.emit();
         let last_error = self.planner.last_error();
         self.scopes.finish_failed(self.ctx, self.planner.attempts() > 0, last_error).await;
-        let none = ApiError::unavailable("no_deployment_available", self.trip.unserved);
+        let none = ApiError::unavailable(codes::NO_DEPLOYMENT_AVAILABLE, self.trip.unserved);
         let api_error = self.planner.final_error(self.trip.logical_model, none);
         self.trip.outcome.fail(&api_error);
         report::finish(self.trip.outcome, self.ctx, self.env);

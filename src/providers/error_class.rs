@@ -2,6 +2,7 @@
 
 use super::retry_after::{hint_in_message, parse_retry_after};
 use crate::config::routes::ProviderKind;
+use crate::http::codes;
 use crate::http::error::ApiError;
 use serde_json::Value;
 
@@ -137,19 +138,19 @@ impl UpstreamError {
             ErrorClass::RateLimited => ApiError::new(
                 429,
                 "rate_limit_error",
-                "upstream_rate_limited",
+                codes::UPSTREAM_RATE_LIMITED,
                 "The upstream provider is rate limiting this model. Retry after the indicated delay.",
             ),
             ErrorClass::QuotaExhausted => ApiError::new(
                 429,
                 "insufficient_quota",
-                "upstream_quota_exhausted",
+                codes::UPSTREAM_QUOTA_EXHAUSTED,
                 "The gateway's account with the upstream provider is out of quota for this model.",
             ),
             ErrorClass::Overloaded => ApiError::new(
                 503,
                 "server_error",
-                "upstream_overloaded",
+                codes::UPSTREAM_OVERLOADED,
                 "The upstream provider is overloaded. Retry shortly.",
             ),
             ErrorClass::ServerError => {
@@ -158,19 +159,19 @@ impl UpstreamError {
             ErrorClass::Timeout => ApiError::new(
                 504,
                 "upstream_error",
-                "upstream_timeout",
+                codes::UPSTREAM_TIMEOUT,
                 "The upstream provider did not respond in time.",
             ),
             ErrorClass::Connection => ApiError::new(
                 502,
                 "upstream_error",
-                "upstream_connection_error",
+                codes::UPSTREAM_CONNECTION_ERROR,
                 "The gateway could not connect to the upstream provider.",
             ),
             ErrorClass::EmptyResponse => ApiError::new(
                 502,
                 "upstream_error",
-                "upstream_empty_response",
+                codes::UPSTREAM_EMPTY_RESPONSE,
                 "The upstream provider returned an empty response.",
             ),
             ErrorClass::BadRequest => {
@@ -179,19 +180,19 @@ impl UpstreamError {
                 vendor(400, "invalid_request_error", code)
             }
             ErrorClass::ContextLengthExceeded => {
-                vendor(400, "invalid_request_error", "context_length_exceeded").with_param("messages")
+                vendor(400, "invalid_request_error", codes::CONTEXT_LENGTH_EXCEEDED).with_param("messages")
             }
-            ErrorClass::ContentFilter => vendor(400, "invalid_request_error", "content_filter"),
+            ErrorClass::ContentFilter => vendor(400, "invalid_request_error", codes::CONTENT_FILTER),
             ErrorClass::Auth => ApiError::new(
                 502,
                 "upstream_error",
-                "upstream_auth_error",
+                codes::UPSTREAM_AUTH_ERROR,
                 "The upstream provider rejected the gateway's credentials for this model.",
             ),
             ErrorClass::NotFound => ApiError::new(
                 502,
                 "upstream_error",
-                "upstream_model_not_found",
+                codes::UPSTREAM_MODEL_NOT_FOUND,
                 "The upstream provider does not know the model this gateway routes to.",
             ),
         };
@@ -216,7 +217,7 @@ impl UpstreamError {
         ApiError::new(
             502,
             "upstream_error",
-            "upstream_stream_interrupted",
+            codes::UPSTREAM_STREAM_INTERRUPTED,
             format!("The upstream provider's stream stopped part-way: {what}. The answer above is incomplete."),
         )
     }

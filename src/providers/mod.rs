@@ -24,6 +24,7 @@ pub use retry_after::parse_retry_after;
 use crate::canonical::usage::Usage;
 use crate::canonical::ChatRequest;
 use crate::config::routes::{AuthScheme, Deployment, ProviderKind};
+use crate::http::codes;
 use crate::http::error::ApiError;
 use crate::http::sse::SseParser;
 use serde_json::Value;
@@ -56,7 +57,7 @@ pub fn build_embeddings(dep: &Deployment, body: &Value, credential: &str) -> Res
     match dep.provider {
         ProviderKind::Openai => openai::build_embeddings(dep, body, credential),
         ProviderKind::Anthropic => Err(ApiError::invalid_request(
-            "unsupported_endpoint",
+            codes::UNSUPPORTED_ENDPOINT,
             "Embeddings are not available for this model: it is served by Anthropic, which has no embeddings API.",
         )
         .with_param("model")),

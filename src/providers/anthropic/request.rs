@@ -7,6 +7,7 @@
 use super::DEFAULT_VERSION;
 use crate::canonical::{ChatRequest, Content, ContentPart, ImageUrl, Message, Role, Tool, ToolChoice};
 use crate::config::routes::Deployment;
+use crate::http::codes;
 use crate::http::error::ApiError;
 use crate::providers::{endpoint, headers, UpstreamCall};
 use serde_json::{json, Map, Value};
@@ -229,7 +230,7 @@ fn tool_use_blocks(m: &Message, path: &str) -> Result<Vec<Value>, ApiError> {
                 Ok(v @ Value::Object(_)) => v,
                 _ => {
                     return Err(ApiError::invalid_request(
-                        "invalid_value",
+                        codes::INVALID_VALUE,
                         format!("'{call_path}.function.arguments' must be a JSON object encoded as a string."),
                     )
                     .with_param(&format!("{call_path}.function.arguments")))
@@ -318,7 +319,7 @@ fn copy_cache_control(extra: &Map<String, Value>, block: &mut Value) {
 }
 
 fn unsupported(param: &str, message: &str) -> ApiError {
-    ApiError::invalid_request("unsupported_parameter", message).with_param(param)
+    ApiError::invalid_request(codes::UNSUPPORTED_PARAMETER, message).with_param(param)
 }
 
 #[cfg(test)]
