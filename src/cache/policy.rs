@@ -1,8 +1,9 @@
 //! When the exact cache may answer or store a request, what a cache entry holds, and how a
 //! cached JSON answer is replayed to a streaming client.
 
+use crate::canonical::completion::{Chunk, ChunkChoice, Delta, ToolDelta, ToolFunction, CHUNK_OBJECT};
 use crate::canonical::usage::Usage;
-use crate::canonical::{ChatRequest, FunctionCall, ToolCall};
+use crate::canonical::{ChatRequest, ToolCall};
 pub use crate::config::policy::{CachePolicy, DEFAULT_MAX_TTL_S, DEFAULT_SKIP_PATTERNS, DEFAULT_TTL_S, KV_MIN_TTL_S};
 use crate::http::sse::write_data;
 use serde::{Deserialize, Serialize};
@@ -177,30 +178,31 @@ pub fn storable(body: &Value) -> bool {
         })
 }
 
+/// What replay reads of a stored `chat.completion` (lenient: absent fields default).
 #[derive(Deserialize)]
-struct Completion {
+struct CompletionView {
     id: String,
     #[serde(default)]
     created: u64,
     model: String,
     #[serde(default)]
     system_fingerprint: Option<String>,
-    choices: Vec<Choice>,
+    choices: Vec<ChoiceView>,
     #[serde(default)]
     usage: Option<Value>,
 }
 
 #[derive(Deserialize)]
-struct Choice {
+struct ChoiceView {
     #[serde(default)]
     index: u32,
-    message: AnswerMessage,
+    message: MessageView,
     #[serde(default)]
     finish_reason: Option<String>,
 }
 
 #[derive(Deserialize)]
-struct AnswerMessage {
+struct MessageView {
     #[serde(default)]
     content: Option<String>,
     #[serde(default)]
@@ -212,53 +214,8 @@ struct AnswerMessage {
     tool_calls: Option<Vec<ToolCall>>,
 }
 
-#[derive(Serialize)]
-struct Chunk<'a> {
-    id: &'a str,
-    object: &'static str,
-    created: u64,
-    model: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    system_fingerprint: Option<&'a str>,
-    choices: Vec<ChunkChoice<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    usage: Option<&'a Value>,
-}
-
-#[derive(Serialize)]
-struct ChunkChoice<'a> {
-    index: u32,
-    delta: Delta<'a>,
-    logprobs: Option<()>,
-    finish_reason: Option<&'a str>,
-}
-
 fn only(index: u32, delta: Delta<'_>) -> Vec<ChunkChoice<'_>> {
-    vec![ChunkChoice { index, delta, logprobs: None, finish_reason: None }]
-}
-
-#[derive(Serialize, Default)]
-struct Delta<'a> {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    role: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    content: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    reasoning_content: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    refusal: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    tool_calls: Option<[ToolDelta<'a>; 1]>,
-}
-
-#[derive(Serialize)]
-struct ToolDelta<'a> {
-    index: usize,
-    id: &'a str,
-    #[serde(rename = "type")]
-    kind: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    function: Option<&'a FunctionCall>,
+    vec![ChunkChoice::delta(index, delta)]
 }
 
 /// A cached `chat.completion` as the OpenAI stream a live request would have produced: per choice
@@ -266,12 +223,12 @@ struct ToolDelta<'a> {
 /// chunk if the client asked for it (`stream_options.include_usage`) and `data: [DONE]`.
 /// `None` when `body` is not a chat completion (treat the entry as a miss).
 pub fn replay_as_sse(body: &str, include_usage: bool) -> Option<Vec<u8>> {
-    let completion: Completion = serde_json::from_str(body).ok()?;
+    let completion: CompletionView = serde_json::from_str(body).ok()?;
     let mut out = Vec::with_capacity(body.len() + 512);
     let chunk = |choices: Vec<ChunkChoice>, usage: Option<&Value>, out: &mut Vec<u8>| {
         let chunk = Chunk {
             id: &completion.id,
-            object: "chat.completion.chunk",
+            object: CHUNK_OBJECT,
             created: completion.created,
             model: &completion.model,
             system_fingerprint: completion.system_fingerprint.as_deref(),
@@ -293,7 +250,8 @@ pub fn replay_as_sse(body: &str, include_usage: bool) -> Option<Vec<u8>> {
             chunk(only(index, Delta { refusal: Some(text), ..Delta::default() }), None, &mut out);
         }
         for (i, call) in message.tool_calls.iter().flatten().enumerate() {
-            let tool = ToolDelta { index: i, id: &call.id, kind: &call.kind, function: call.function.as_ref() };
+            let function = call.function.as_ref().map(ToolFunction::Whole);
+            let tool = ToolDelta { index: i, id: Some(&call.id), kind: Some(&call.kind), function };
             chunk(only(index, Delta { tool_calls: Some([tool]), ..Delta::default() }), None, &mut out);
         }
         let finish = choice.finish_reason.as_deref().unwrap_or("stop");

@@ -10,6 +10,7 @@ use crate::http::error::ApiError;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+pub mod completion;
 pub mod usage;
 mod validate;
 
