@@ -18,7 +18,7 @@ use crate::canonical::usage::Usage;
 use crate::config;
 use crate::config::keys;
 use crate::config::routes::Deployment;
-use crate::limits::lease_ledger::{Decision, LeaseCache, LocalAdmit, SettleAction, Ticket, MAX_QUIET_MS};
+use crate::limits::lease_ledger::{Decision, LeaseLedger, LocalAdmit, SettleAction, Ticket, MAX_QUIET_MS};
 use crate::limits::refusal::{LimitScope, Refusal};
 use crate::providers::{ErrorClass, UpstreamError};
 use crate::support::clock::now_ms;
@@ -39,10 +39,10 @@ use worker::{Context, Env, Stub};
 pub const LIMITER_BINDING: &str = "LIMITER";
 
 thread_local! {
-    static LEASES: RefCell<LeaseCache> = RefCell::new(LeaseCache::new(&format!("{:016x}", random_u64())));
+    static LEASES: RefCell<LeaseLedger> = RefCell::new(LeaseLedger::new(&format!("{:016x}", random_u64())));
 }
 
-fn leases<T>(f: impl FnOnce(&mut LeaseCache) -> T) -> T {
+fn leases<T>(f: impl FnOnce(&mut LeaseLedger) -> T) -> T {
     LEASES.with(|cache| f(&mut cache.borrow_mut()))
 }
 

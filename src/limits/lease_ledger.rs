@@ -321,7 +321,7 @@ impl Local {
 
 /// Every deployment's leases in this isolate.
 #[derive(Debug)]
-pub struct LeaseCache {
+pub struct LeaseLedger {
     prefix: String,
     next_id: u64,
     deployments: HashMap<String, Local>,
@@ -333,10 +333,10 @@ pub fn leasable(limits: &Limits) -> bool {
     limits.max_concurrent.is_none() && limits.fair_share.is_none()
 }
 
-impl LeaseCache {
+impl LeaseLedger {
     /// `prefix` makes this isolate's lease ids unique (a random draw per isolate).
     pub fn new(prefix: &str) -> Self {
-        LeaseCache { prefix: prefix.to_string(), next_id: 0, deployments: HashMap::new() }
+        LeaseLedger { prefix: prefix.to_string(), next_id: 0, deployments: HashMap::new() }
     }
 
     fn local(&mut self, deployment: &str) -> &mut Local {

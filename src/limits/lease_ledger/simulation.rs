@@ -56,7 +56,7 @@ struct World {
     rng: XorShift,
     object: LimiterState,
     limits: Limits,
-    caches: Vec<(LeaseCache, u32)>,
+    caches: Vec<(LeaseLedger, u32)>,
     queue: BinaryHeap<Reverse<(u64, u64)>>,
     events: HashMap<u64, Event>,
     seq: u64,
@@ -72,7 +72,7 @@ struct World {
 
 impl World {
     fn new(seed: u64, limits: Limits, traffic: Traffic) -> Self {
-        let caches = (0..traffic.isolates).map(|i| (LeaseCache::new(&format!("i{i}g0")), 0)).collect();
+        let caches = (0..traffic.isolates).map(|i| (LeaseLedger::new(&format!("i{i}g0")), 0)).collect();
         let mut w = World {
             now: T0,
             rng: XorShift::new(seed),
@@ -113,7 +113,7 @@ impl World {
         self.at(at, Event::AtObject { isolate, generation, request: Box::new(request), pending });
     }
 
-    fn cache(&mut self, isolate: usize) -> &mut LeaseCache {
+    fn cache(&mut self, isolate: usize) -> &mut LeaseLedger {
         &mut self.caches[isolate].0
     }
 
@@ -156,7 +156,7 @@ impl World {
             }
             Event::Crash(i) => {
                 let generation = self.caches[i].1 + 1;
-                self.caches[i] = (LeaseCache::new(&format!("i{i}g{generation}")), generation);
+                self.caches[i] = (LeaseLedger::new(&format!("i{i}g{generation}")), generation);
             }
             // Anything addressed to an isolate that died since.
             Event::Reply { .. } | Event::Finish { .. } | Event::Watch { .. } => {}

@@ -26,8 +26,8 @@ fn grant(requests: u64, tokens: u64) -> LeaseGrant {
 }
 
 /// A cache holding one slice of `requests` (and `tokens`) granted at `now`.
-fn holding(limits: &Limits, requests: u64, tokens: u64, now: u64) -> (LeaseCache, String) {
-    let mut c = LeaseCache::new("iso");
+fn holding(limits: &Limits, requests: u64, tokens: u64, now: u64) -> (LeaseLedger, String) {
+    let mut c = LeaseLedger::new("iso");
     assert_eq!(c.admit(DEP, limits, need(10), now).ask, None, "a lone request asks for nothing");
     let ask = c.admit(DEP, limits, need(10), now).ask.expect("the second request in a second asks");
     c.granted(DEP, &ask.id, limits, &grant(requests, tokens), now).expect("a slice");
@@ -50,7 +50,7 @@ fn rq(requests: i64, tokens: i64) -> Delta {
 
 #[test]
 fn a_lone_request_asks_nothing_and_the_next_asks_alongside() {
-    let mut c = LeaseCache::new("iso");
+    let mut c = LeaseLedger::new("iso");
     let limits = rpm_tpm(1_000, 100_000);
     assert_eq!(c.admit(DEP, &limits, need(100), T0), Decision::default(), "to the object, as before leases");
     let d = c.admit(DEP, &limits, need(100), T0 + 1);
@@ -63,7 +63,7 @@ fn a_lone_request_asks_nothing_and_the_next_asks_alongside() {
 
 #[test]
 fn a_slow_trickle_never_leases() {
-    let mut c = LeaseCache::new("iso");
+    let mut c = LeaseLedger::new("iso");
     for i in 0..20 {
         assert_eq!(c.admit(DEP, &rpm(1_000), need(1), T0 + i * 1_500), Decision::default());
     }
@@ -71,7 +71,7 @@ fn a_slow_trickle_never_leases() {
 
 #[test]
 fn one_ask_at_a_time_until_it_is_answered_or_times_out() {
-    let mut c = LeaseCache::new("iso");
+    let mut c = LeaseLedger::new("iso");
     c.admit(DEP, &rpm(1_000), need(1), T0);
     let first = c.admit(DEP, &rpm(1_000), need(1), T0).ask.unwrap();
     assert_eq!(c.admit(DEP, &rpm(1_000), need(1), T0 + 10).ask, None);
@@ -84,7 +84,7 @@ fn one_ask_at_a_time_until_it_is_answered_or_times_out() {
 
 #[test]
 fn the_want_follows_the_rate() {
-    let mut c = LeaseCache::new("iso");
+    let mut c = LeaseLedger::new("iso");
     let mut asks = Vec::new();
     // 200 requests a second for two seconds; answer every ask with nothing (room refusal lasts 1 s).
     for i in 0..400u64 {
@@ -99,7 +99,7 @@ fn the_want_follows_the_rate() {
     assert!((520..=600).contains(&late), "{:?}", &asks[asks.len() - 5..]);
     assert!(asks.iter().all(|&(_, w)| (MIN_WANT..=MAX_WANT).contains(&w)));
     // A burst far beyond the cap asks for the cap.
-    let mut busy = LeaseCache::new("iso");
+    let mut busy = LeaseLedger::new("iso");
     let mut last = 0;
     for i in 0..20_000u64 {
         if let Some(ask) = busy.admit(DEP, &rpm(u64::MAX / 4), need(1), T0 + i / 10).ask {
@@ -159,7 +159,7 @@ fn asks_for_what_the_slices_will_not_serve() {
 #[test]
 fn at_most_a_few_slices_are_held() {
     let limits = rpm(1_000_000);
-    let mut c = LeaseCache::new("iso");
+    let mut c = LeaseLedger::new("iso");
     for i in 0..50u64 {
         if let Some(ask) = c.admit(DEP, &limits, need(1), T0 + i).ask {
             c.granted(DEP, &ask.id, &limits, &grant(10, 0), T0 + i);
@@ -171,7 +171,7 @@ fn at_most_a_few_slices_are_held() {
 #[test]
 fn in_flight_limits_mean_no_leases() {
     let limits = Limits { max_concurrent: Some(10), ..rpm(1_000) };
-    let mut c = LeaseCache::new("iso");
+    let mut c = LeaseLedger::new("iso");
     assert_eq!(c.admit(DEP, &limits, need(1), T0), Decision::default());
     assert!(!leasable(&limits) && leasable(&rpm(1)));
 }
@@ -249,7 +249,7 @@ fn changed_limits_retire_the_slices() {
 #[test]
 fn a_lease_granted_meanwhile_covers_a_refused_request() {
     let limits = rpm(1_000);
-    let mut c = LeaseCache::new("iso");
+    let mut c = LeaseLedger::new("iso");
     assert_eq!(c.admit_held(DEP, &limits, need(1), T0), None);
     c.granted(DEP, "late", &limits, &grant(2, 0), T0);
     assert_eq!(c.admit_held(DEP, &limits, need(1), T0).map(|l| l.ticket.lease), Some("late".into()));
@@ -258,7 +258,7 @@ fn a_lease_granted_meanwhile_covers_a_refused_request() {
 #[test]
 fn an_empty_grant_installs_nothing_but_ends_the_ask() {
     let limits = rpm(1_000);
-    let mut c = LeaseCache::new("iso");
+    let mut c = LeaseLedger::new("iso");
     c.admit(DEP, &limits, need(1), T0);
     let ask = c.admit(DEP, &limits, need(1), T0).ask.unwrap();
     assert_eq!(c.granted(DEP, &ask.id, &limits, &grant(0, 0), T0), None);
@@ -293,7 +293,7 @@ fn a_refusal_for_room_keeps_the_slices() {
 #[test]
 fn quiet_is_bounded() {
     let limits = rpm(1_000);
-    let mut c = LeaseCache::new("iso");
+    let mut c = LeaseLedger::new("iso");
     c.admit(DEP, &limits, need(1), T0);
     let ask = c.admit(DEP, &limits, need(1), T0).ask.unwrap();
     c.refused(DEP, &ask.id, RejectCode::BreakerOpen, 600_000, T0);
@@ -318,7 +318,7 @@ fn local_settles_refund_and_charge_the_slice() {
     let a = local(&c.admit(DEP, &limits, need(400), T0)).ticket.clone();
     let b = local(&c.admit(DEP, &limits, need(400), T0)).ticket.clone();
     assert_eq!(c.held(DEP), rq(2, 200));
-    let done = |c: &mut LeaseCache, t: &Ticket, used: u64| {
+    let done = |c: &mut LeaseLedger, t: &Ticket, used: u64| {
         c.settle_local(
             DEP,
             t,
