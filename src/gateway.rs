@@ -9,7 +9,7 @@ use crate::endpoints::embeddings;
 use crate::http;
 use crate::http::error::ApiError;
 use crate::idempotency;
-use crate::idempotency::gate::Gate;
+use crate::idempotency::gate::Entry;
 use crate::support::clock::now_ms;
 use worker::{Context, Env, Method, Request, Response};
 
@@ -62,8 +62,8 @@ async fn idempotent(
     ctx: &Context,
 ) -> Result<Response, ApiError> {
     match idempotency::gate::enter(req, env, &rc.key.tenant, &rc.request_id, &body).await? {
-        Gate::Open => chat::completions(rc, body, env, ctx).await,
-        Gate::Replay(response) => Ok(response),
-        Gate::Proceed(claim) => claim.finish(chat::completions(rc, body, env, ctx).await).await,
+        Entry::Open => chat::completions(rc, body, env, ctx).await,
+        Entry::Replay(response) => Ok(response),
+        Entry::Proceed(claim) => claim.finish(chat::completions(rc, body, env, ctx).await).await,
     }
 }

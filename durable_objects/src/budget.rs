@@ -131,7 +131,7 @@ pub struct Settle {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Admission {
+pub struct BudgetAdmission {
     /// Settled spend in this period.
     pub spent_micro_usd: u64,
     /// Reservations in flight, this one included.
@@ -142,7 +142,7 @@ pub struct Admission {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Refusal {
+pub struct BudgetRefusal {
     pub spent_micro_usd: u64,
     pub reserved_micro_usd: u64,
     pub hard_micro_usd: u64,
@@ -167,8 +167,8 @@ pub struct BudgetStatus {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum BudgetResponse {
-    Admitted(Admission),
-    Refused(Refusal),
+    Admitted(BudgetAdmission),
+    Refused(BudgetRefusal),
     /// The reservation was replaced by the actual cost; `late` when it had already expired (or,
     /// for an unreserved settle, there was none).
     Settled {
@@ -278,7 +278,7 @@ impl BudgetState {
                 let exhausted = self.spent.saturating_add(amount) > hard;
                 let retry_after_ms =
                     if exhausted { period_end_ms.saturating_sub(now_ms).max(1) } else { IN_FLIGHT_RETRY_MS };
-                return BudgetResponse::Refused(Refusal {
+                return BudgetResponse::Refused(BudgetRefusal {
                     spent_micro_usd: self.spent,
                     reserved_micro_usd: self.reserved,
                     hard_micro_usd: hard,
@@ -422,8 +422,8 @@ impl BudgetState {
         (state, problems)
     }
 
-    fn admission(&self, limits: &BudgetLimits, period_end_ms: u64) -> Admission {
-        Admission {
+    fn admission(&self, limits: &BudgetLimits, period_end_ms: u64) -> BudgetAdmission {
+        BudgetAdmission {
             spent_micro_usd: self.spent,
             reserved_micro_usd: self.reserved,
             soft_exceeded: limits.soft_micro_usd.is_some_and(|soft| self.spent > soft),
@@ -642,14 +642,14 @@ mod tests {
         Settle { id: id.into(), actual_micro_usd: actual, unreserved: false }
     }
 
-    fn admitted(r: BudgetResponse) -> Admission {
+    fn admitted(r: BudgetResponse) -> BudgetAdmission {
         match r {
             BudgetResponse::Admitted(a) => a,
             other => panic!("expected admitted, got {other:?}"),
         }
     }
 
-    fn refused(r: BudgetResponse) -> Refusal {
+    fn refused(r: BudgetResponse) -> BudgetRefusal {
         match r {
             BudgetResponse::Refused(r) => r,
             other => panic!("expected refused, got {other:?}"),
@@ -1037,13 +1037,13 @@ mod tests {
         assert_eq!(serde_json::to_string(&only_hard).unwrap(), r#"{"hard_micro_usd":5}"#);
 
         let answers = [
-            BudgetResponse::Admitted(Admission {
+            BudgetResponse::Admitted(BudgetAdmission {
                 spent_micro_usd: 1,
                 reserved_micro_usd: 2,
                 soft_exceeded: true,
                 period_end_ms: 3,
             }),
-            BudgetResponse::Refused(Refusal {
+            BudgetResponse::Refused(BudgetRefusal {
                 spent_micro_usd: 1,
                 reserved_micro_usd: 2,
                 hard_micro_usd: 3,

@@ -23,6 +23,13 @@ pub enum Outcome {
     Neutral,
 }
 
+/// A refusal inside the limiter: which limit, and when to ask again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rejection {
+    pub code: RejectCode,
+    pub retry_after_ms: u64,
+}
+
 /// Which limit refused an admission (the machine-readable reason the client sees).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

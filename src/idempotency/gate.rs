@@ -17,7 +17,8 @@ pub struct Claim {
     owner: String,
 }
 
-pub enum Gate {
+/// What the request's `Idempotency-Key` lets it do.
+pub enum Entry {
     /// No key: nothing to do.
     Open,
     Proceed(Claim),
@@ -31,9 +32,9 @@ fn unavailable(e: impl std::fmt::Display) -> ApiError {
 /// Longest a first request may run before its key stops blocking retries (the routes' maximum deadline).
 const MAX_DEADLINE_MS: u64 = 900_000;
 
-pub async fn enter(req: &Request, env: &Env, tenant: &str, request_id: &str, body: &[u8]) -> Result<Gate, ApiError> {
+pub async fn enter(req: &Request, env: &Env, tenant: &str, request_id: &str, body: &[u8]) -> Result<Entry, ApiError> {
     let header = req.headers().get(idempotency::HEADER).ok().flatten();
-    let Some(key) = idempotency::parse_key(header.as_deref())? else { return Ok(Gate::Open) };
+    let Some(key) = idempotency::parse_key(header.as_deref())? else { return Ok(Entry::Open) };
     let parsed: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
     if parsed.get("stream") == Some(&Value::Bool(true)) {
         return Err(ApiError::invalid_request(
@@ -50,7 +51,7 @@ pub async fn enter(req: &Request, env: &Env, tenant: &str, request_id: &str, bod
         return Err(refusal);
     }
     match answer {
-        IdempotencyResponse::Proceed => Ok(Gate::Proceed(Claim { stub, owner: request_id.to_string() })),
+        IdempotencyResponse::Proceed => Ok(Entry::Proceed(Claim { stub, owner: request_id.to_string() })),
         IdempotencyResponse::Replay { response, .. } => {
             let mut replay = http::io::json_response(response.status, response.body.into_bytes())?;
             let headers = replay.headers_mut();
@@ -58,7 +59,7 @@ pub async fn enter(req: &Request, env: &Env, tenant: &str, request_id: &str, bod
                 let _ = headers.set(name, value);
             }
             let _ = headers.set(REPLAYED_HEADER, "true");
-            Ok(Gate::Replay(replay))
+            Ok(Entry::Replay(replay))
         }
         other => Err(ApiError::internal(format!("unexpected idempotency answer: {other:?}"))),
     }

@@ -19,7 +19,7 @@ use crate::support::log;
 use crate::usage::estimate;
 use crate::usage::record::BudgetClaim;
 use crate::usage::record::RequestShape;
-use limiter::budget::{self, BudgetRequest, BudgetResponse, Period, Refusal, Reserve, Settle};
+use limiter::budget::{self, BudgetRefusal, BudgetRequest, BudgetResponse, Period, Reserve, Settle};
 use limiter::utc;
 use std::time::Duration;
 use worker::{Env, Response};
@@ -65,7 +65,7 @@ pub fn estimate_cost(
 
 /// The client's answer when the budget refuses: 402, OpenAI's `insufficient_quota` type, code
 /// `budget_exceeded`, which limit and scope, and when a retry can pass.
-pub fn refusal_error(tenant: &str, period: &Period, r: &Refusal) -> ApiError {
+pub fn refusal_error(tenant: &str, period: &Period, r: &BudgetRefusal) -> ApiError {
     let why = if r.exhausted {
         format!("the budget resets at {}", utc::iso_ms(r.period_end_ms))
     } else {
@@ -252,7 +252,7 @@ mod tests {
     #[test]
     fn refusal_names_limit_scope_and_reset() {
         let period = Period::month_containing(T0);
-        let exhausted = Refusal {
+        let exhausted = BudgetRefusal {
             spent_micro_usd: 590,
             reserved_micro_usd: 0,
             hard_micro_usd: 600,
@@ -273,7 +273,7 @@ mod tests {
             ]
         );
         assert!(e.message.contains("2026-01") && e.message.contains("2026-02-01T00:00:00.000Z"), "{}", e.message);
-        let busy = Refusal {
+        let busy = BudgetRefusal {
             spent_micro_usd: 100,
             reserved_micro_usd: 480,
             exhausted: false,
