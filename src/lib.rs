@@ -1,8 +1,17 @@
 //! Edge LLM gateway: a Cloudflare Worker that fronts LLM vendors with one OpenAI-compatible API.
 //!
-//! Pure modules (no `worker` APIs, tested natively): api_error, canonical, estimate, keys,
-//! providers, rate_headers, routes, sse, usage. The platform shell: gateway, chat, admission,
-//! config_store, http_io, outcome, request_context, upstream.
+//! Folders are layers; each imports only from itself and the layers below (docs/architecture.md):
+//! `support` → `http` → `canonical` → `config` → `auth` → `providers` → `usage` → `cache` →
+//! `idempotency` → `limits` → `pipeline` → `endpoints` → `gateway`.
+//!
+//! Pure (no `worker` APIs at run time, tested natively): `canonical`, `config` (the documents;
+//! `store` and the `price_table`/`budget_table` loaders read KV),
+//! `providers`, `usage` (but `queue`), `cache::{key, policy, assembly}`, `idempotency` (the key
+//! and body rules), `limits::{lease_ledger, refusal}`, `pipeline::{plan, gate, retry, decision_log,
+//! step}`, `http::{error, codes, sse}`, `support::redact`. The platform shell: `gateway`,
+//! `endpoints`, `auth`, `config::store`, `cache::store`, `idempotency::gate`, `limits::{admission,
+//! budget}`, `pipeline::{run, stream, upstream, report, attempt}`, `usage::queue`, `http::io`,
+//! `support::{clock, log}`.
 
 pub mod auth;
 pub mod cache;
