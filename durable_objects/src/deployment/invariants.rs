@@ -143,7 +143,7 @@ fn check_invariants(s: &mut LimiterState, now: u64, step: u64) {
         assert_eq!(status.breaker.probe.as_deref(), Some(*id));
     }
 
-    if step % 97 == 0 {
+    if step.is_multiple_of(97) {
         // A restart from the snapshot changes nothing.
         let text = s.to_snapshot();
         *s = LimiterState::from_snapshot(&text).unwrap();
