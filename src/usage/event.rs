@@ -11,9 +11,9 @@ use limiter::utc;
 use crate::canonical::usage::Usage;
 use crate::config::prices::PriceTable;
 use crate::usage::estimate;
-use crate::usage::record::{Attempt, RequestOutcome, RequestShape};
 #[cfg(test)]
 use crate::usage::record::CacheHit;
+use crate::usage::record::{Attempt, RequestOutcome, RequestShape};
 #[cfg(test)]
 use crate::usage::tags::{merge_tags, metadata_tags, parse_tags_header};
 use serde::{Deserialize, Serialize};
