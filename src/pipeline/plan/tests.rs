@@ -1,3 +1,5 @@
+//! The planner against scripted outcomes: every rule of the attempt loop, deterministic.
+
 use super::*;
 use crate::providers::ErrorClass::{self, *};
 
