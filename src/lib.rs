@@ -1,46 +1,31 @@
 //! Edge LLM gateway: a Cloudflare Worker that fronts LLM vendors with one OpenAI-compatible API.
 //!
-//! Pure modules (no `worker` APIs, tested natively): api_error, canonical, estimate, keys,
-//! providers, rate_headers, routes, sse, usage. The platform shell: gateway, chat, admission,
-//! config_store, http_io, outcome, request_context, upstream.
+//! Folders are layers; each imports only from itself and the layers below (docs/architecture.md):
+//! `support` → `http` → `canonical` → `config` → `auth` → `providers` → `usage` → `cache` →
+//! `idempotency` → `limits` → `pipeline` → `endpoints` → `gateway`.
+//!
+//! Pure (no `worker` APIs at run time, tested natively): `canonical`, `config` (the documents;
+//! `store` and the `price_table`/`budget_table` loaders read KV),
+//! `providers`, `usage` (but `queue`), `cache::{key, policy, assembly}`, `idempotency` (the key
+//! and body rules), `limits::{lease_ledger, refusal}`, `pipeline::{plan, gate, retry, decision_log,
+//! step}`, `http::{error, codes, sse}`, `support::redact`. The platform shell: `gateway`,
+//! `endpoints`, `auth`, `config::store`, `cache::store`, `idempotency::gate`, `limits::{admission,
+//! budget}`, `pipeline::{run, stream, upstream, report, attempt}`, `usage::queue`, `http::io`,
+//! `support::{clock, log}`.
 
-pub mod admin;
-pub mod admission;
-pub mod api_error;
-pub mod attempt;
-pub mod budget;
-pub mod cache_key;
-pub mod cache_policy;
+pub mod auth;
+pub mod cache;
 pub mod canonical;
-pub mod chat;
-pub mod config_store;
-pub mod decision_log;
-pub mod embeddings;
-pub mod estimate;
-pub mod export;
+pub mod config;
+pub mod endpoints;
 pub mod gateway;
-pub mod http_io;
+pub mod http;
 pub mod idempotency;
-pub mod idempotency_gate;
-pub mod keys;
-pub mod lease_cache;
-pub mod log;
-pub mod outcome;
-pub mod pricing;
+pub mod limits;
+pub mod pipeline;
 pub mod providers;
-pub mod rate_headers;
-pub mod redact;
-pub mod request_context;
-pub mod response_cache;
-pub mod retry;
-pub mod routes;
-pub mod selection;
-pub mod sse;
-pub mod stream_assembly;
-pub mod upstream;
+pub mod support;
 pub mod usage;
-pub mod usage_event;
-pub mod usage_queue;
 
 pub use limiter::budget::TenantBudget;
 pub use limiter::idempotency::IdempotencyStore;
@@ -61,6 +46,6 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
 /// The usage queue's consumer: each batch becomes NDJSON objects in R2.
 #[event(queue)]
 async fn queue(batch: worker::MessageBatch<String>, env: Env, _ctx: Context) -> Result<()> {
-    usage_queue::consume(&batch, &env).await;
+    usage::queue::consume(&batch, &env).await;
     Ok(())
 }

@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::{Outcome, RejectCode};
+use crate::types::{Outcome, RejectCode, Rejection};
 
 /// When the single probe's slot frees is unknown (it frees on settle); ask again after this.
 pub const PROBE_RETRY_MS: u64 = 1_000;
@@ -80,16 +80,10 @@ struct Probe {
 
 /// What the breaker lets through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Gate {
+pub enum BreakerPass {
     Pass,
     /// Half-open: this admission, if it goes ahead, is the one probe.
     Probe,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Refusal {
-    pub code: RejectCode,
-    pub retry_after_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -160,38 +154,40 @@ impl Breaker {
     }
 
     /// Whether an admission may go ahead; `rand` decides ramp sampling.
-    pub fn check(&mut self, cfg: &BreakerConfig, now_ms: u64, rand: u64) -> Result<Gate, Refusal> {
+    pub fn check(&mut self, cfg: &BreakerConfig, now_ms: u64, rand: u64) -> Result<BreakerPass, Rejection> {
         self.advance(cfg, now_ms);
         match self.phase {
             Phase::Open { until_ms } => {
-                Err(Refusal { code: RejectCode::BreakerOpen, retry_after_ms: until_ms.saturating_sub(now_ms) })
+                Err(Rejection { code: RejectCode::BreakerOpen, retry_after_ms: until_ms.saturating_sub(now_ms) })
             }
             Phase::HalfOpen => match &self.probe {
-                Some(p) => Err(Refusal {
+                Some(p) => Err(Rejection {
                     code: RejectCode::HalfOpenProbeInFlight,
                     retry_after_ms: PROBE_RETRY_MS.min(p.expires_ms.saturating_sub(now_ms)),
                 }),
-                None => Ok(Gate::Probe),
+                None => Ok(BreakerPass::Probe),
             },
             Phase::Closed => match self.ramp(cfg, now_ms) {
                 Some((pct, step_end)) if rand % 100 >= u64::from(pct) => {
-                    Err(Refusal { code: RejectCode::Ramping, retry_after_ms: step_end - now_ms })
+                    Err(Rejection { code: RejectCode::Ramping, retry_after_ms: step_end - now_ms })
                 }
-                _ => Ok(Gate::Pass),
+                _ => Ok(BreakerPass::Pass),
             },
         }
     }
 
     /// Whether the isolates may admit on their own: only when closed and fully ramped up.
-    pub fn lease_gate(&mut self, cfg: &BreakerConfig, now_ms: u64) -> Result<(), Refusal> {
+    pub fn lease_gate(&mut self, cfg: &BreakerConfig, now_ms: u64) -> Result<(), Rejection> {
         self.advance(cfg, now_ms);
         match self.phase {
             Phase::Open { until_ms } => {
-                Err(Refusal { code: RejectCode::BreakerOpen, retry_after_ms: until_ms.saturating_sub(now_ms) })
+                Err(Rejection { code: RejectCode::BreakerOpen, retry_after_ms: until_ms.saturating_sub(now_ms) })
             }
-            Phase::HalfOpen => Err(Refusal { code: RejectCode::HalfOpenProbeInFlight, retry_after_ms: PROBE_RETRY_MS }),
+            Phase::HalfOpen => {
+                Err(Rejection { code: RejectCode::HalfOpenProbeInFlight, retry_after_ms: PROBE_RETRY_MS })
+            }
             Phase::Closed => match self.ramp(cfg, now_ms) {
-                Some((_, step_end)) => Err(Refusal { code: RejectCode::Ramping, retry_after_ms: step_end - now_ms }),
+                Some((_, step_end)) => Err(Rejection { code: RejectCode::Ramping, retry_after_ms: step_end - now_ms }),
                 None => Ok(()),
             },
         }
@@ -434,7 +430,7 @@ mod tests {
         assert_eq!(b.state(), BreakerState::Closed);
         fail(&mut b, &cfg, 5);
         assert_eq!(b.state(), BreakerState::Open);
-        assert_eq!(b.check(&cfg, 5, 0), Err(Refusal { code: RejectCode::BreakerOpen, retry_after_ms: 1_000 }));
+        assert_eq!(b.check(&cfg, 5, 0), Err(Rejection { code: RejectCode::BreakerOpen, retry_after_ms: 1_000 }));
     }
 
     #[test]
@@ -508,14 +504,14 @@ mod tests {
     fn open_becomes_half_open_after_open_ms() {
         let (mut b, cfg) = tripped();
         assert_eq!(b.check(&cfg, 999, 0).unwrap_err().code, RejectCode::BreakerOpen);
-        assert_eq!(b.check(&cfg, 1_000, 0), Ok(Gate::Probe));
+        assert_eq!(b.check(&cfg, 1_000, 0), Ok(BreakerPass::Probe));
         assert_eq!(b.state(), BreakerState::HalfOpen);
     }
 
     #[test]
     fn half_open_admits_a_single_probe() {
         let (mut b, cfg) = tripped();
-        assert_eq!(b.check(&cfg, 1_000, 0), Ok(Gate::Probe));
+        assert_eq!(b.check(&cfg, 1_000, 0), Ok(BreakerPass::Probe));
         b.begin_probe("p", 60_000);
         let refused = b.check(&cfg, 1_001, 0).unwrap_err();
         assert_eq!(refused.code, RejectCode::HalfOpenProbeInFlight);
@@ -534,7 +530,7 @@ mod tests {
         b.record(&cfg, "p", &Outcome::Success, 1_500);
         assert_eq!(b.state(), BreakerState::Closed);
         assert_eq!(b.status(&cfg, 1_500).consecutive_failures, 0);
-        assert_eq!(b.check(&cfg, 1_500, 99), Ok(Gate::Pass));
+        assert_eq!(b.check(&cfg, 1_500, 99), Ok(BreakerPass::Pass));
     }
 
     #[test]
@@ -546,7 +542,7 @@ mod tests {
         assert_eq!(b.state(), BreakerState::Open);
         assert_eq!(b.status(&cfg, 1_200).consecutive_failures, 3);
         assert_eq!(b.check(&cfg, 2_199, 0).unwrap_err().retry_after_ms, 1);
-        assert_eq!(b.check(&cfg, 2_200, 0), Ok(Gate::Probe));
+        assert_eq!(b.check(&cfg, 2_200, 0), Ok(BreakerPass::Probe));
     }
 
     #[test]
@@ -583,7 +579,7 @@ mod tests {
         b.begin_probe("p", 60_000);
         b.record(&cfg, "p", &Outcome::Neutral, 1_100);
         assert_eq!(b.state(), BreakerState::HalfOpen);
-        assert_eq!(b.check(&cfg, 1_100, 0), Ok(Gate::Probe));
+        assert_eq!(b.check(&cfg, 1_100, 0), Ok(BreakerPass::Probe));
     }
 
     #[test]
@@ -592,12 +588,12 @@ mod tests {
         b.check(&cfg, 1_000, 0).unwrap();
         b.begin_probe("p", 5_000);
         assert_eq!(b.check(&cfg, 4_999, 0).unwrap_err().retry_after_ms, 1);
-        assert_eq!(b.check(&cfg, 5_000, 0), Ok(Gate::Probe));
+        assert_eq!(b.check(&cfg, 5_000, 0), Ok(BreakerPass::Probe));
         b.begin_probe("q", 9_000);
         b.release_probe("other");
         assert!(b.is_probe("q"));
         b.release_probe("q");
-        assert_eq!(b.check(&cfg, 5_001, 0), Ok(Gate::Probe));
+        assert_eq!(b.check(&cfg, 5_001, 0), Ok(BreakerPass::Probe));
     }
 
     #[test]
@@ -626,7 +622,7 @@ mod tests {
 
         let mut c = Breaker { ramp_from_ms: Some(0), ..Breaker::default() };
         let refused = c.check(&cfg, 3_000, 99).unwrap_err();
-        assert_eq!(refused, Refusal { code: RejectCode::Ramping, retry_after_ms: 7_000 });
+        assert_eq!(refused, Rejection { code: RejectCode::Ramping, retry_after_ms: 7_000 });
         assert_eq!(c.status(&cfg, 3_000).ramp_pct, 20);
     }
 
@@ -642,13 +638,13 @@ mod tests {
     #[test]
     fn leases_only_while_closed_and_ramped_up() {
         let (mut b, cfg) = tripped();
-        assert_eq!(b.lease_gate(&cfg, 400), Err(Refusal { code: RejectCode::BreakerOpen, retry_after_ms: 600 }));
+        assert_eq!(b.lease_gate(&cfg, 400), Err(Rejection { code: RejectCode::BreakerOpen, retry_after_ms: 600 }));
         assert_eq!(b.lease_gate(&cfg, 1_000).unwrap_err().code, RejectCode::HalfOpenProbeInFlight);
         let ramped = BreakerConfig { ramp: vec![RampStep { pct: 50, ms: 2_000 }], ..cfg };
         b.check(&ramped, 1_000, 0).unwrap();
         b.begin_probe("p", 5_000);
         b.record(&ramped, "p", &Outcome::Success, 1_200);
-        assert_eq!(b.lease_gate(&ramped, 1_500), Err(Refusal { code: RejectCode::Ramping, retry_after_ms: 1_700 }));
+        assert_eq!(b.lease_gate(&ramped, 1_500), Err(Rejection { code: RejectCode::Ramping, retry_after_ms: 1_700 }));
         assert_eq!(b.lease_gate(&ramped, 3_200), Ok(()));
     }
 

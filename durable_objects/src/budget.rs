@@ -15,8 +15,9 @@
 //! [`SETTLED_KEEP_MS`]), or held → its TTL passes → expired (released; a late `Settle` still
 //! charges the actual cost until [`EXPIRED_KEEP_MS`] has passed).
 
+use crate::object::{now_ms, respond, Alarm, Rearm};
 use crate::utc;
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
@@ -24,8 +25,8 @@ use worker::js_sys::{Object, Reflect};
 use worker::wasm_bindgen; // the #[durable_object] expansion names `wasm_bindgen` unqualified
 use worker::wasm_bindgen::JsValue;
 use worker::{
-    console_error, console_warn, durable_object, Date, DurableObject, Env, Method, Request, RequestInit, Response,
-    Result, State, Stub,
+    console_error, console_warn, durable_object, DurableObject, Env, Method, Request, RequestInit, Response, Result,
+    State, Stub,
 };
 
 /// Durable Objects ignore the host; the path is kept for logs.
@@ -130,7 +131,7 @@ pub struct Settle {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Admission {
+pub struct BudgetAdmission {
     /// Settled spend in this period.
     pub spent_micro_usd: u64,
     /// Reservations in flight, this one included.
@@ -141,7 +142,7 @@ pub struct Admission {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Refusal {
+pub struct BudgetRefusal {
     pub spent_micro_usd: u64,
     pub reserved_micro_usd: u64,
     pub hard_micro_usd: u64,
@@ -166,8 +167,8 @@ pub struct BudgetStatus {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum BudgetResponse {
-    Admitted(Admission),
-    Refused(Refusal),
+    Admitted(BudgetAdmission),
+    Refused(BudgetRefusal),
     /// The reservation was replaced by the actual cost; `late` when it had already expired (or,
     /// for an unreserved settle, there was none).
     Settled {
@@ -277,7 +278,7 @@ impl BudgetState {
                 let exhausted = self.spent.saturating_add(amount) > hard;
                 let retry_after_ms =
                     if exhausted { period_end_ms.saturating_sub(now_ms).max(1) } else { IN_FLIGHT_RETRY_MS };
-                return BudgetResponse::Refused(Refusal {
+                return BudgetResponse::Refused(BudgetRefusal {
                     spent_micro_usd: self.spent,
                     reserved_micro_usd: self.reserved,
                     hard_micro_usd: hard,
@@ -421,8 +422,8 @@ impl BudgetState {
         (state, problems)
     }
 
-    fn admission(&self, limits: &BudgetLimits, period_end_ms: u64) -> Admission {
-        Admission {
+    fn admission(&self, limits: &BudgetLimits, period_end_ms: u64) -> BudgetAdmission {
+        BudgetAdmission {
             spent_micro_usd: self.spent,
             reserved_micro_usd: self.reserved,
             soft_exceeded: limits.soft_micro_usd.is_some_and(|soft| self.spent > soft),
@@ -505,12 +506,12 @@ pub async fn call(stub: &Stub, req: &BudgetRequest) -> Result<BudgetResponse> {
 pub struct TenantBudget {
     state: State,
     core: RefCell<Option<BudgetState>>,
-    alarm_at: Cell<Option<u64>>,
+    alarm: Alarm,
 }
 
 impl DurableObject for TenantBudget {
     fn new(state: State, _env: Env) -> Self {
-        TenantBudget { state, core: RefCell::new(None), alarm_at: Cell::new(None) }
+        TenantBudget { state, core: RefCell::new(None), alarm: Alarm::default() }
     }
 
     /// `POST` a [`BudgetRequest`]; answers a [`BudgetResponse`].
@@ -541,7 +542,7 @@ impl DurableObject for TenantBudget {
     }
 
     async fn alarm(&self) -> Result<Response> {
-        self.alarm_at.set(None);
+        self.alarm.cleared();
         self.load().await?;
         let now = now_ms();
         let writes = {
@@ -590,7 +591,7 @@ impl TenantBudget {
         let storage = self.state.storage();
         if writes.delete_all {
             storage.delete_all().await?;
-            self.alarm_at.set(None);
+            self.alarm.cleared();
         }
         for chunk in writes.puts.chunks(MAX_KEYS_PER_CALL) {
             let values = Object::new();
@@ -609,22 +610,8 @@ impl TenantBudget {
     async fn arm_alarm(&self, now: u64) {
         let wanted = self.core.borrow().as_ref().and_then(|c| c.alarm_time(now));
         let Some(at) = wanted else { return };
-        if self.alarm_at.get().is_some_and(|armed| armed <= at) {
-            return;
-        }
-        match self.state.storage().set_alarm(at.saturating_sub(now).max(1) as i64).await {
-            Ok(()) => self.alarm_at.set(Some(at)),
-            Err(e) => console_error!("budget: cannot set alarm: {e}"),
-        }
+        self.alarm.arm(&self.state.storage(), now, at, Rearm::IfEarlier, "budget").await;
     }
-}
-
-fn respond(body: &BudgetResponse, status: u16) -> Result<Response> {
-    Ok(Response::from_json(body)?.with_status(status))
-}
-
-fn now_ms() -> u64 {
-    Date::now().as_millis()
 }
 
 #[cfg(test)]
@@ -655,14 +642,14 @@ mod tests {
         Settle { id: id.into(), actual_micro_usd: actual, unreserved: false }
     }
 
-    fn admitted(r: BudgetResponse) -> Admission {
+    fn admitted(r: BudgetResponse) -> BudgetAdmission {
         match r {
             BudgetResponse::Admitted(a) => a,
             other => panic!("expected admitted, got {other:?}"),
         }
     }
 
-    fn refused(r: BudgetResponse) -> Refusal {
+    fn refused(r: BudgetResponse) -> BudgetRefusal {
         match r {
             BudgetResponse::Refused(r) => r,
             other => panic!("expected refused, got {other:?}"),
@@ -1050,13 +1037,13 @@ mod tests {
         assert_eq!(serde_json::to_string(&only_hard).unwrap(), r#"{"hard_micro_usd":5}"#);
 
         let answers = [
-            BudgetResponse::Admitted(Admission {
+            BudgetResponse::Admitted(BudgetAdmission {
                 spent_micro_usd: 1,
                 reserved_micro_usd: 2,
                 soft_exceeded: true,
                 period_end_ms: 3,
             }),
-            BudgetResponse::Refused(Refusal {
+            BudgetResponse::Refused(BudgetRefusal {
                 spent_micro_usd: 1,
                 reserved_micro_usd: 2,
                 hard_micro_usd: 3,

@@ -3,11 +3,10 @@
 use worker::wasm_bindgen::JsValue;
 use worker::{Error, Method, ObjectNamespace, Request, RequestInit, Result, Stub};
 
-use crate::deployment::StatusReport;
 use crate::protocol::{
     decode_response, encode_request, object_name, AdmitDecision, AdmitRequest, LeaseDecision, LeaseRequest,
     LimiterRequest, LimiterResponse, ProtocolError, ReleaseReport, ReleaseRequest, ReportAck, SettleReport,
-    SettleRequest, Tally, OBJECT_URL,
+    SettleRequest, StatusReport, Tally, OBJECT_URL,
 };
 
 /// The stub of `deployment`'s limiter (same deployment id, same object).

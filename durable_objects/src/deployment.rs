@@ -9,16 +9,19 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::breaker::{Breaker, BreakerState, BreakerStatus, Gate, Refusal};
+use crate::breaker::{Breaker, BreakerPass, BreakerState};
 use crate::bucket::{Bucket, Refill};
 use crate::fair_share::TenantShares;
 use crate::leases::{Calls, LeaseCounts, LeaseStatus};
 use crate::limits::{Amounts, BucketKind, Limits};
+pub use crate::protocol::StatusReport;
 use crate::protocol::{
     AdmitDecision, AdmitRequest, LeaseDecision, LeaseGrant, LimiterRequest, LimiterResponse, Outcome, RejectCode,
     ReleaseReport, ReleaseRequest, Scope, SettleMatch, SettleReport, SettleRequest, TokenUsage, UpstreamSignals,
 };
 use crate::reservations::{Found, Ledger, Reservation};
+use crate::types::Rejection;
+pub use crate::types::{BucketStatus, Pause, PauseReason};
 
 /// A 429 without Retry-After or remaining-headers still slows the deployment down this long.
 pub const RATE_LIMITED_PAUSE_MS: u64 = 1_000;
@@ -27,51 +30,6 @@ pub const RATE_LIMITED_PAUSE_MS: u64 = 1_000;
 pub const CONCURRENCY_RETRY_MS: u64 = 1_000;
 
 const SNAPSHOT_VERSION: u32 = 1;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PauseReason {
-    /// The vendor sent Retry-After (or a bare 429).
-    RetryAfter,
-    /// The vendor said the account's quota or spend cap is exhausted.
-    Quota,
-}
-
-impl PauseReason {
-    fn code(self) -> RejectCode {
-        match self {
-            PauseReason::RetryAfter => RejectCode::Paused,
-            PauseReason::Quota => RejectCode::QuotaExhausted,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Pause {
-    pub until_ms: u64,
-    pub reason: PauseReason,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BucketStatus {
-    pub capacity: u64,
-    /// Whole tokens (or requests) available now; negative while in debt.
-    pub available: i64,
-    pub period_ms: u64,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StatusReport {
-    pub now_ms: u64,
-    pub breaker: BreakerStatus,
-    pub buckets: BTreeMap<BucketKind, BucketStatus>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pause: Option<Pause>,
-    pub in_flight: u64,
-    pub limits: Limits,
-    pub leases: LeaseStatus,
-    pub calls: Calls,
-}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LimiterState {
@@ -211,13 +169,15 @@ impl LimiterState {
             Ok((wait, gate)) => {
                 // A lease rides along only when this admission needed no place in line.
                 let lease = match &req.lease {
-                    Some(ask) if gate == Gate::Pass && wait == 0 => match self.grant_lease(&ask.id, ask.want, now_ms) {
-                        LeaseDecision::Granted(grant) => Some(grant),
-                        LeaseDecision::Refused { .. } => None,
-                    },
+                    Some(ask) if gate == BreakerPass::Pass && wait == 0 => {
+                        match self.grant_lease(&ask.id, ask.want, now_ms) {
+                            LeaseDecision::Granted(grant) => Some(grant),
+                            LeaseDecision::Refused { .. } => None,
+                        }
+                    }
                     _ => None,
                 };
-                self.admitted(wait, gate == Gate::Probe, lease, now_ms)
+                self.admitted(wait, gate == BreakerPass::Probe, lease, now_ms)
             }
             Err(r) => {
                 AdmitDecision::Rejected { code: r.code, retry_after_ms: r.retry_after_ms, scope: Scope::Deployment }
@@ -226,14 +186,14 @@ impl LimiterState {
     }
 
     /// Holds a tenant to its weighted share while other tenants use the deployment too.
-    fn check_fair_share(&mut self, tenant: Option<&str>, now_ms: u64) -> Result<(), Refusal> {
+    fn check_fair_share(&mut self, tenant: Option<&str>, now_ms: u64) -> Result<(), Rejection> {
         let (Some(cfg), Some(tenant), Some(rpm)) = (self.limits.fair_share.as_ref(), tenant, self.limits.rpm) else {
             return Ok(());
         };
         self.shares.prune(cfg, now_ms);
         self.shares
             .check(cfg, tenant, rpm, now_ms)
-            .map_err(|retry_after_ms| Refusal { code: RejectCode::FairShare, retry_after_ms })
+            .map_err(|retry_after_ms| Rejection { code: RejectCode::FairShare, retry_after_ms })
     }
 
     /// Takes `wanted` from every bucket plus a concurrency slot, or nothing; returns how long
@@ -243,9 +203,9 @@ impl LimiterState {
         id: &str,
         wanted: Amounts,
         max_wait_ms: u64,
-        gate: Gate,
+        gate: BreakerPass,
         now_ms: u64,
-    ) -> Result<u64, Refusal> {
+    ) -> Result<u64, Rejection> {
         let mut wait = 0;
         let mut binding = None;
         for (&kind, bucket) in &self.buckets {
@@ -253,14 +213,14 @@ impl LimiterState {
                 Ok(w) if w > wait => (wait, binding) = (w, Some(kind)),
                 Ok(_) => {}
                 // A zero-capacity bucket never has room: ask again in a period, never queue.
-                Err(_) => return Err(Refusal { code: kind.reject_code(), retry_after_ms: kind.period_ms() }),
+                Err(_) => return Err(Rejection { code: kind.reject_code(), retry_after_ms: kind.period_ms() }),
             }
         }
         if let (true, Some(kind)) = (wait > max_wait_ms, binding) {
-            return Err(Refusal { code: kind.reject_code(), retry_after_ms: wait });
+            return Err(Rejection { code: kind.reject_code(), retry_after_ms: wait });
         }
         if self.limits.max_concurrent.is_some_and(|max| self.ledger.in_flight() >= max as usize) {
-            return Err(Refusal { code: RejectCode::Concurrency, retry_after_ms: CONCURRENCY_RETRY_MS });
+            return Err(Rejection { code: RejectCode::Concurrency, retry_after_ms: CONCURRENCY_RETRY_MS });
         }
         let start_ms = now_ms + wait;
         let mut taken = wanted;
@@ -274,7 +234,7 @@ impl LimiterState {
             }
         }
         let expires_ms = now_ms.saturating_add(self.limits.reservation_ttl_ms);
-        let probe = gate == Gate::Probe;
+        let probe = gate == BreakerPass::Probe;
         if probe {
             self.breaker.begin_probe(id, expires_ms);
         }
@@ -437,10 +397,10 @@ impl LimiterState {
         Ok(state)
     }
 
-    fn check_pause(&self, now_ms: u64) -> Result<(), Refusal> {
+    fn check_pause(&self, now_ms: u64) -> Result<(), Rejection> {
         match self.pause {
             Some(p) if p.until_ms > now_ms => {
-                Err(Refusal { code: p.reason.code(), retry_after_ms: p.until_ms - now_ms })
+                Err(Rejection { code: p.reason.code(), retry_after_ms: p.until_ms - now_ms })
             }
             _ => Ok(()),
         }

@@ -10,17 +10,18 @@
 //! `Abandon` → nothing. An in-flight entry whose owner never came back (a crashed isolate) goes
 //! stale after `in_flight_ms`, and the next `Begin` proceeds.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 
 use serde::{Deserialize, Serialize};
 use worker::js_sys::{Object, Reflect};
 use worker::wasm_bindgen; // the #[durable_object] expansion names `wasm_bindgen` unqualified
 use worker::wasm_bindgen::JsValue;
 use worker::{
-    console_error, console_warn, durable_object, Date, DurableObject, Env, Method, Request, RequestInit, Response,
-    Result, State, Stub,
+    console_error, console_warn, durable_object, DurableObject, Env, Method, Request, RequestInit, Response, Result,
+    State, Stub,
 };
 
+use crate::object::{now_ms, respond, Alarm, Rearm};
 use crate::protocol::ProtocolError;
 
 /// Durable Objects ignore the host; the path is kept for logs.
@@ -297,12 +298,12 @@ fn chunks(text: &str, max: usize) -> Vec<&str> {
 pub struct IdempotencyStore {
     state: State,
     core: RefCell<Option<IdempotencyState>>,
-    alarm_at: Cell<Option<u64>>,
+    alarm: Alarm,
 }
 
 impl DurableObject for IdempotencyStore {
     fn new(state: State, _env: Env) -> Self {
-        IdempotencyStore { state, core: RefCell::new(None), alarm_at: Cell::new(None) }
+        IdempotencyStore { state, core: RefCell::new(None), alarm: Alarm::default() }
     }
 
     /// `POST` an [`IdempotencyRequest`]; answers an [`IdempotencyResponse`].
@@ -332,7 +333,7 @@ impl DurableObject for IdempotencyStore {
     }
 
     async fn alarm(&self) -> Result<Response> {
-        self.alarm_at.set(None);
+        self.alarm.cleared();
         self.load().await?;
         let now = now_ms();
         let changed = {
@@ -399,22 +400,8 @@ impl IdempotencyStore {
     async fn arm_alarm(&self, now: u64) {
         let deadline = self.core.borrow().as_ref().and_then(IdempotencyState::next_deadline);
         let Some(at) = deadline else { return };
-        if self.alarm_at.get() == Some(at) {
-            return;
-        }
-        match self.state.storage().set_alarm(at.saturating_sub(now).max(1) as i64).await {
-            Ok(()) => self.alarm_at.set(Some(at)),
-            Err(e) => console_error!("idempotency: cannot set alarm: {e}"),
-        }
+        self.alarm.arm(&self.state.storage(), now, at, Rearm::IfDifferent, "idempotency").await;
     }
-}
-
-fn respond(body: &IdempotencyResponse, status: u16) -> Result<Response> {
-    Ok(Response::from_json(body)?.with_status(status))
-}
-
-fn now_ms() -> u64 {
-    Date::now().as_millis()
 }
 
 #[cfg(test)]

@@ -11,10 +11,12 @@ pub mod fair_share;
 pub mod idempotency;
 pub mod leases;
 pub mod limits;
+pub mod object;
 pub mod protocol;
 pub mod reservations;
 pub mod rng;
 pub mod shell;
+pub mod types;
 pub mod utc;
 
 pub use deployment::LimiterState;

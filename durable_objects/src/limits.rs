@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::breaker::{BreakerConfig, Trip};
 use crate::bucket::Refill;
-use crate::protocol::RejectCode;
+use crate::types::RejectCode;
 
 pub const MINUTE_MS: u64 = 60_000;
 pub const DAY_MS: u64 = 86_400_000;

@@ -15,9 +15,12 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::breaker::BreakerState;
-use crate::deployment::StatusReport;
-use crate::limits::{Amounts, Delta, Limits};
+use std::collections::BTreeMap;
+
+use crate::breaker::{BreakerState, BreakerStatus};
+use crate::leases::{Calls, LeaseStatus};
+use crate::limits::{Amounts, BucketKind, Delta, Limits};
+pub use crate::types::{BucketStatus, Outcome, Pause, PauseReason, RejectCode};
 
 /// Durable Objects ignore the host; the path is kept for logs and future routing.
 pub const OBJECT_URL: &str = "https://limiter.internal/v1";
@@ -31,6 +34,20 @@ pub fn object_name(deployment: &str) -> String {
 /// Never the name of a deployment's object (those start with `deployment:`).
 pub fn scope_object_name(scope: &str, name: &str) -> String {
     format!("scope:{scope}:{name}")
+}
+
+/// What `GET` (or `LimiterRequest::Status`) answers: the object's live state, for `/admin/status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusReport {
+    pub now_ms: u64,
+    pub breaker: BreakerStatus,
+    pub buckets: BTreeMap<BucketKind, BucketStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause: Option<Pause>,
+    pub in_flight: u64,
+    pub limits: Limits,
+    pub leases: LeaseStatus,
+    pub calls: Calls,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -202,24 +219,6 @@ pub struct TokenUsage {
     pub output: u64,
 }
 
-/// How an attempt ended, as far as the breaker is concerned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Outcome {
-    Success,
-    /// 5xx, connection failure, first-token timeout, empty response: counts toward tripping.
-    Failure,
-    /// 429: never counts; pauses the deployment instead.
-    RateLimited {
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        retry_after_ms: Option<u64>,
-    },
-    /// `insufficient_quota` / spend cap: pauses the deployment for `quota_pause_ms`.
-    QuotaExhausted,
-    /// 4xx caused by the request itself: not the deployment's fault.
-    Neutral,
-}
-
 /// Rate-limit headers the vendor sent, already parsed; reset times are relative to now.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
@@ -269,56 +268,6 @@ pub enum AdmitDecision {
 impl AdmitDecision {
     pub fn is_admitted(&self) -> bool {
         matches!(self, AdmitDecision::Admitted { .. })
-    }
-}
-
-/// Which limit refused an admission (the machine-readable reason the client sees).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RejectCode {
-    Rpm,
-    Tpm,
-    InputTpm,
-    OutputTpm,
-    Rpd,
-    Concurrency,
-    BreakerOpen,
-    HalfOpenProbeInFlight,
-    Ramping,
-    Paused,
-    QuotaExhausted,
-    /// The tenant already has its share of a deployment other tenants are using too.
-    FairShare,
-}
-
-impl RejectCode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RejectCode::Rpm => "rpm",
-            RejectCode::Tpm => "tpm",
-            RejectCode::InputTpm => "input_tpm",
-            RejectCode::OutputTpm => "output_tpm",
-            RejectCode::Rpd => "rpd",
-            RejectCode::Concurrency => "concurrency",
-            RejectCode::BreakerOpen => "breaker_open",
-            RejectCode::HalfOpenProbeInFlight => "half_open_probe_in_flight",
-            RejectCode::Ramping => "ramping",
-            RejectCode::Paused => "paused",
-            RejectCode::QuotaExhausted => "quota_exhausted",
-            RejectCode::FairShare => "fair_share",
-        }
-    }
-
-    /// Whether the deployment itself is unhealthy or told us to stop (versus merely busy).
-    pub fn is_health(self) -> bool {
-        matches!(
-            self,
-            RejectCode::BreakerOpen
-                | RejectCode::HalfOpenProbeInFlight
-                | RejectCode::Ramping
-                | RejectCode::Paused
-                | RejectCode::QuotaExhausted
-        )
     }
 }
 

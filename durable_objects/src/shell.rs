@@ -16,10 +16,11 @@ use std::cell::{Cell, RefCell};
 
 use worker::wasm_bindgen; // the #[durable_object] expansion names `wasm_bindgen` unqualified
 use worker::{
-    console_error, console_warn, durable_object, Date, DurableObject, Env, Method, Request, Response, Result, State,
+    console_error, console_warn, durable_object, DurableObject, Env, Method, Request, Response, Result, State,
 };
 
 use crate::deployment::LimiterState;
+use crate::object::{now_ms, respond, Alarm, Rearm};
 use crate::protocol::{decode_request, LimiterRequest, LimiterResponse};
 use crate::rng::XorShift;
 
@@ -36,7 +37,7 @@ pub struct DeploymentLimiter {
     state: State,
     core: RefCell<Option<LimiterState>>,
     dirty: Cell<bool>,
-    alarm_at: Cell<Option<u64>>,
+    alarm: Alarm,
     rng: Cell<XorShift>,
 }
 
@@ -46,7 +47,7 @@ impl DurableObject for DeploymentLimiter {
             state,
             core: RefCell::new(None),
             dirty: Cell::new(false),
-            alarm_at: Cell::new(None),
+            alarm: Alarm::default(),
             rng: Cell::new(XorShift::new(now_ms())),
         }
     }
@@ -82,7 +83,7 @@ impl DurableObject for DeploymentLimiter {
     }
 
     async fn alarm(&self) -> Result<Response> {
-        self.alarm_at.set(None);
+        self.alarm.cleared();
         self.load().await?;
         let now = now_ms();
         let next = {
@@ -143,14 +144,7 @@ impl DeploymentLimiter {
 
     /// Makes sure an alarm fires no later than `at_ms`.
     async fn arm_alarm(&self, now: u64, at_ms: u64) {
-        if self.alarm_at.get().is_some_and(|t| t <= at_ms) {
-            return;
-        }
-        let offset = at_ms.saturating_sub(now) as i64;
-        match self.state.storage().set_alarm(offset).await {
-            Ok(()) => self.alarm_at.set(Some(at_ms)),
-            Err(e) => console_error!("limiter: cannot set alarm: {e}"),
-        }
+        self.alarm.arm(&self.state.storage(), now, at_ms, Rearm::IfEarlier, "limiter").await;
     }
 
     fn next_rand(&self) -> u64 {
@@ -168,12 +162,4 @@ fn snapshot_text(core: &LimiterState) -> String {
     }
     console_warn!("limiter: {} reservations exceed the snapshot budget; persisting without them", core.in_flight());
     core.to_snapshot_without_reservations()
-}
-
-fn respond(body: &LimiterResponse, status: u16) -> Result<Response> {
-    Ok(Response::from_json(body)?.with_status(status))
-}
-
-fn now_ms() -> u64 {
-    Date::now().as_millis()
 }

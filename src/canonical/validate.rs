@@ -1,6 +1,7 @@
 //! Checks the raw JSON before typed decoding so that errors carry a precise message and `param`.
 
-use crate::api_error::ApiError;
+use crate::http::codes;
+use crate::http::error::ApiError;
 use serde_json::{Map, Value};
 
 const ROLES: [&str; 6] = ["system", "developer", "user", "assistant", "tool", "function"];
@@ -8,7 +9,7 @@ const ROLES: [&str; 6] = ["system", "developer", "user", "assistant", "tool", "f
 pub(super) fn request(v: &Value) -> Result<(), ApiError> {
     let Some(obj) = v.as_object() else {
         return Err(ApiError::invalid_request(
-            "invalid_type",
+            codes::INVALID_TYPE,
             format!("The request body must be a JSON object, but got {} instead.", kind(v)),
         ));
     };
@@ -19,7 +20,7 @@ pub(super) fn request(v: &Value) -> Result<(), ApiError> {
     let messages = array(required(obj, "messages", "messages")?, "messages")?;
     if messages.is_empty() {
         return Err(ApiError::invalid_request(
-            "empty_array",
+            codes::EMPTY_ARRAY,
             "Invalid 'messages': empty array. Expected an array with minimum length 1, but got an empty array instead.",
         )
         .with_param("messages"));
@@ -259,7 +260,7 @@ fn positive_integer(v: &Value, path: &str) -> Result<u64, ApiError> {
     }
     if v.as_i64().is_some() {
         return Err(ApiError::invalid_request(
-            "integer_below_min_value",
+            codes::INTEGER_BELOW_MIN_VALUE,
             format!("Invalid '{path}': integer below minimum value. Expected a value >= 1, but got {v} instead."),
         )
         .with_param(path));
@@ -280,18 +281,18 @@ fn kind(v: &Value) -> &'static str {
 }
 
 fn missing(path: &str) -> ApiError {
-    ApiError::invalid_request("missing_required_parameter", format!("Missing required parameter: '{path}'."))
+    ApiError::invalid_request(codes::MISSING_REQUIRED_PARAMETER, format!("Missing required parameter: '{path}'."))
         .with_param(path)
 }
 
 fn invalid_type(path: &str, expected: &str, got: &Value) -> ApiError {
     ApiError::invalid_request(
-        "invalid_type",
+        codes::INVALID_TYPE,
         format!("Invalid type for '{path}': expected {expected}, but got {} instead.", kind(got)),
     )
     .with_param(path)
 }
 
 fn invalid_value(path: &str, message: &str) -> ApiError {
-    ApiError::invalid_request("invalid_value", message).with_param(path)
+    ApiError::invalid_request(codes::INVALID_VALUE, message).with_param(path)
 }

@@ -1,8 +1,9 @@
 //! What went wrong upstream, classified once so that retry, breaker and fallback agree.
 
 use super::retry_after::{hint_in_message, parse_retry_after};
-use crate::api_error::ApiError;
-use crate::routes::ProviderKind;
+use crate::config::routes::ProviderKind;
+use crate::http::codes;
+use crate::http::error::ApiError;
 use serde_json::Value;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -137,19 +138,19 @@ impl UpstreamError {
             ErrorClass::RateLimited => ApiError::new(
                 429,
                 "rate_limit_error",
-                "upstream_rate_limited",
+                codes::UPSTREAM_RATE_LIMITED,
                 "The upstream provider is rate limiting this model. Retry after the indicated delay.",
             ),
             ErrorClass::QuotaExhausted => ApiError::new(
                 429,
                 "insufficient_quota",
-                "upstream_quota_exhausted",
+                codes::UPSTREAM_QUOTA_EXHAUSTED,
                 "The gateway's account with the upstream provider is out of quota for this model.",
             ),
             ErrorClass::Overloaded => ApiError::new(
                 503,
                 "server_error",
-                "upstream_overloaded",
+                codes::UPSTREAM_OVERLOADED,
                 "The upstream provider is overloaded. Retry shortly.",
             ),
             ErrorClass::ServerError => {
@@ -158,19 +159,19 @@ impl UpstreamError {
             ErrorClass::Timeout => ApiError::new(
                 504,
                 "upstream_error",
-                "upstream_timeout",
+                codes::UPSTREAM_TIMEOUT,
                 "The upstream provider did not respond in time.",
             ),
             ErrorClass::Connection => ApiError::new(
                 502,
                 "upstream_error",
-                "upstream_connection_error",
+                codes::UPSTREAM_CONNECTION_ERROR,
                 "The gateway could not connect to the upstream provider.",
             ),
             ErrorClass::EmptyResponse => ApiError::new(
                 502,
                 "upstream_error",
-                "upstream_empty_response",
+                codes::UPSTREAM_EMPTY_RESPONSE,
                 "The upstream provider returned an empty response.",
             ),
             ErrorClass::BadRequest => {
@@ -179,19 +180,19 @@ impl UpstreamError {
                 vendor(400, "invalid_request_error", code)
             }
             ErrorClass::ContextLengthExceeded => {
-                vendor(400, "invalid_request_error", "context_length_exceeded").with_param("messages")
+                vendor(400, "invalid_request_error", codes::CONTEXT_LENGTH_EXCEEDED).with_param("messages")
             }
-            ErrorClass::ContentFilter => vendor(400, "invalid_request_error", "content_filter"),
+            ErrorClass::ContentFilter => vendor(400, "invalid_request_error", codes::CONTENT_FILTER),
             ErrorClass::Auth => ApiError::new(
                 502,
                 "upstream_error",
-                "upstream_auth_error",
+                codes::UPSTREAM_AUTH_ERROR,
                 "The upstream provider rejected the gateway's credentials for this model.",
             ),
             ErrorClass::NotFound => ApiError::new(
                 502,
                 "upstream_error",
-                "upstream_model_not_found",
+                codes::UPSTREAM_MODEL_NOT_FOUND,
                 "The upstream provider does not know the model this gateway routes to.",
             ),
         };
@@ -204,10 +205,28 @@ impl UpstreamError {
     }
 }
 
+impl UpstreamError {
+    /// The error a client is sent when a stream that already relayed bytes breaks off: a transport
+    /// failure then is an interruption, not a failure to connect.
+    pub fn to_stream_api_error(&self) -> ApiError {
+        let what = match self.class {
+            ErrorClass::Timeout => "no data arrived within the idle timeout",
+            ErrorClass::Connection => "the upstream stream broke off before it was complete",
+            _ => return self.to_api_error(),
+        };
+        ApiError::new(
+            502,
+            "upstream_error",
+            codes::UPSTREAM_STREAM_INTERRUPTED,
+            format!("The upstream provider's stream stopped part-way: {what}. The answer above is incomplete."),
+        )
+    }
+}
+
 /// A well-formed SSE error event for a stream that already started: `data: {"error":{…}}\n\n`.
 pub fn stream_error_event(err: &ApiError) -> Vec<u8> {
     let mut out = Vec::new();
-    crate::sse::write_data(&mut out, &err.to_json());
+    crate::http::sse::write_data(&mut out, &err.to_json());
     out
 }
 
@@ -514,6 +533,21 @@ mod tests {
         assert!(api.message.ends_with("max_tokens: must be positive"));
         let vllm = classify(O, 400, None, br#"{"object":"error","message":"bad","type":"BadRequestError","code":400}"#);
         assert_eq!(vllm.to_api_error().code, "upstream_bad_request");
+    }
+
+    #[test]
+    fn a_stream_cut_part_way_is_an_interruption_not_a_failure_to_connect() {
+        for err in [UpstreamError::connection("reset"), UpstreamError::timeout("idle")] {
+            let e = err.to_stream_api_error();
+            assert_eq!((e.status, e.code.as_str()), (502, "upstream_stream_interrupted"));
+            assert!(!e.message.contains("could not connect"), "{}", e.message);
+        }
+        let vendor = UpstreamError::new(Overloaded, 0, "overloaded_error");
+        assert_eq!(
+            vendor.to_stream_api_error().code,
+            "upstream_overloaded",
+            "a vendor's own error event keeps its code"
+        );
     }
 
     #[test]

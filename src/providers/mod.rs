@@ -13,6 +13,7 @@ macro_rules! fixture {
 mod anthropic;
 mod error_class;
 mod openai;
+pub mod rate_headers;
 mod retry_after;
 #[cfg(test)]
 mod stream_split_tests;
@@ -20,11 +21,12 @@ mod stream_split_tests;
 pub use error_class::{classify, stream_error_event, ErrorClass, UpstreamError};
 pub use retry_after::parse_retry_after;
 
-use crate::api_error::ApiError;
+use crate::canonical::usage::Usage;
 use crate::canonical::ChatRequest;
-use crate::routes::{AuthScheme, Deployment, ProviderKind};
-use crate::sse::SseParser;
-use crate::usage::Usage;
+use crate::config::routes::{AuthScheme, Deployment, ProviderKind};
+use crate::http::codes;
+use crate::http::error::ApiError;
+use crate::http::sse::SseParser;
 use serde_json::Value;
 
 /// One HTTP POST to a vendor; the caller adds nothing but transport.
@@ -55,7 +57,7 @@ pub fn build_embeddings(dep: &Deployment, body: &Value, credential: &str) -> Res
     match dep.provider {
         ProviderKind::Openai => openai::build_embeddings(dep, body, credential),
         ProviderKind::Anthropic => Err(ApiError::invalid_request(
-            "unsupported_endpoint",
+            codes::UNSUPPORTED_ENDPOINT,
             "Embeddings are not available for this model: it is served by Anthropic, which has no embeddings API.",
         )
         .with_param("model")),
@@ -109,7 +111,7 @@ enum Flavor {
 }
 
 impl Flavor {
-    fn on_event(&mut self, ev: &crate::sse::SseEvent, out: &mut Vec<u8>) -> Result<(), UpstreamError> {
+    fn on_event(&mut self, ev: &crate::http::sse::SseEvent, out: &mut Vec<u8>) -> Result<(), UpstreamError> {
         match self {
             Flavor::Openai(s) => s.on_event(ev, out),
             Flavor::Anthropic(s) => s.on_event(ev, out),
@@ -233,7 +235,7 @@ fn read_json(body: &[u8]) -> Result<Value, UpstreamError> {
 
 #[cfg(test)]
 pub(crate) mod testing {
-    use crate::routes::Deployment;
+    use crate::config::routes::Deployment;
 
     pub fn deployment(provider: &str) -> Deployment {
         let (base, model) = match provider {

@@ -2,11 +2,12 @@
 //! one with a few quirks applied; responses and streams pass through, read only for usage.
 
 use super::{classify, endpoint, headers, read_json, ChatResult, StreamEnd, UpstreamCall, UpstreamError};
-use crate::api_error::ApiError;
+use crate::canonical::usage::Usage;
 use crate::canonical::ChatRequest;
-use crate::routes::{Deployment, MaxTokensField, ProviderKind};
-use crate::sse::{write_data, SseEvent};
-use crate::usage::Usage;
+use crate::config::routes::{Deployment, MaxTokensField, ProviderKind};
+use crate::http::codes;
+use crate::http::error::ApiError;
+use crate::http::sse::{write_data, SseEvent};
 use serde_json::Value;
 
 pub(super) fn build_chat(
@@ -41,11 +42,14 @@ fn apply_max_tokens(dep: &Deployment, body: &mut ChatRequest) {
 
 pub(super) fn build_embeddings(dep: &Deployment, body: &Value, credential: &str) -> Result<UpstreamCall, ApiError> {
     let Some(obj) = body.as_object() else {
-        return Err(ApiError::invalid_request("invalid_type", "The request body must be a JSON object."));
+        return Err(ApiError::invalid_request(codes::INVALID_TYPE, "The request body must be a JSON object."));
     };
     if obj.get("input").is_none_or(Value::is_null) {
-        return Err(ApiError::invalid_request("missing_required_parameter", "Missing required parameter: 'input'.")
-            .with_param("input"));
+        return Err(ApiError::invalid_request(
+            codes::MISSING_REQUIRED_PARAMETER,
+            "Missing required parameter: 'input'.",
+        )
+        .with_param("input"));
     }
     let mut obj = obj.clone();
     obj.insert("model".into(), Value::from(dep.model.clone()));

@@ -16,7 +16,7 @@ pub fn parse_retry_after(value: &str, now_ms: Option<u64>) -> Option<u64> {
 pub fn hint_in_message(message: &str) -> Option<u64> {
     const NEEDLE: &str = "try again in ";
     let at = message.to_ascii_lowercase().find(NEEDLE)? + NEEDLE.len();
-    crate::rate_headers::duration_prefix(&message[at..]).map(|(ms, _)| ms)
+    crate::providers::rate_headers::duration_prefix(&message[at..]).map(|(ms, _)| ms)
 }
 
 /// Unix milliseconds of an IMF-fixdate, the one date format HTTP senders must generate.

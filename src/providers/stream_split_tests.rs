@@ -3,7 +3,7 @@
 
 use super::testing::deployment;
 use super::{StreamEnd, StreamTranslator, UpstreamError};
-use crate::usage::Usage;
+use crate::canonical::usage::Usage;
 
 #[derive(Debug, PartialEq)]
 struct Outcome {

@@ -124,26 +124,31 @@ fn run(seed: u64, seen: &mut Seen) -> Vec<u64> {
             }
         }
 
-        let status = s.status(now);
-        assert!(status.in_flight <= u64::from(MAX_CONCURRENT));
-        for b in status.buckets.values() {
-            assert!(b.available <= b.capacity as i64);
-        }
-        let probes: Vec<&str> = s.reservations().live().filter(|(_, r)| r.probe).map(|(id, _)| id).collect();
-        assert!(probes.len() <= 1, "two probes in flight: {probes:?}");
-        if let Some(id) = probes.first() {
-            assert_eq!(status.breaker.state, BreakerState::HalfOpen);
-            assert_eq!(status.breaker.probe.as_deref(), Some(*id));
-        }
-
-        if step % 97 == 0 {
-            // A restart from the snapshot changes nothing.
-            let text = s.to_snapshot();
-            s = LimiterState::from_snapshot(&text).unwrap();
-            assert_eq!(s.to_snapshot(), text);
-        }
+        check_invariants(&mut s, now, step);
     }
     starts
+}
+
+/// What must hold after every step; every 97th step also reloads from the snapshot.
+fn check_invariants(s: &mut LimiterState, now: u64, step: u64) {
+    let status = s.status(now);
+    assert!(status.in_flight <= u64::from(MAX_CONCURRENT));
+    for b in status.buckets.values() {
+        assert!(b.available <= b.capacity as i64);
+    }
+    let probes: Vec<&str> = s.reservations().live().filter(|(_, r)| r.probe).map(|(id, _)| id).collect();
+    assert!(probes.len() <= 1, "two probes in flight: {probes:?}");
+    if let Some(id) = probes.first() {
+        assert_eq!(status.breaker.state, BreakerState::HalfOpen);
+        assert_eq!(status.breaker.probe.as_deref(), Some(*id));
+    }
+
+    if step.is_multiple_of(97) {
+        // A restart from the snapshot changes nothing.
+        let text = s.to_snapshot();
+        *s = LimiterState::from_snapshot(&text).unwrap();
+        assert_eq!(s.to_snapshot(), text);
+    }
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! `gatewayctl budgets`: validate a tenant budget table and upload it to KV.
 
 use crate::Wrangler;
-use edge_gateway::budget::{BudgetTable, BUDGETS_KV_KEY};
+use edge_gateway::config::budgets::{BudgetTable, BUDGETS_KV_KEY};
 
 pub fn validate(file: &str) -> Result<(String, BudgetTable), String> {
     let text = std::fs::read_to_string(file).map_err(|e| format!("{file}: {e}"))?;

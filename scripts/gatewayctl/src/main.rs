@@ -4,8 +4,8 @@
 mod budgets;
 mod prices;
 
-use edge_gateway::keys::{self, kv_name, tenant_kv_name, KeyRecord, Limits, TenantRecord};
-use edge_gateway::routes::{RouteTable, ROUTES_KV_KEY};
+use edge_gateway::config::keys::{self, kv_name, tenant_kv_name, KeyRecord, Limits, TenantRecord};
+use edge_gateway::config::routes::{RouteTable, ROUTES_KV_KEY};
 use std::process::{Command, ExitCode};
 
 const USAGE: &str = "usage:
@@ -268,7 +268,7 @@ fn list_keys(args: &[&str]) -> Result<(), String> {
         let Ok(record) = serde_json::from_str::<KeyRecord>(wrangler.get(&name)?.trim()) else { continue };
         let state = match record.check(now_ms()) {
             Ok(()) => "active",
-            Err(edge_gateway::keys::KeyRefusal::Revoked) => "revoked",
+            Err(edge_gateway::config::keys::KeyRefusal::Revoked) => "revoked",
             Err(_) => "expired",
         };
         println!(

@@ -1,7 +1,7 @@
 //! `gatewayctl prices`: validate a price table and upload it to KV without re-pricing history.
 
 use crate::{now_ms, Wrangler};
-use edge_gateway::pricing::{PriceTable, PRICES_KV_KEY};
+use edge_gateway::config::prices::{PriceTable, PRICES_KV_KEY};
 
 pub fn validate(file: &str) -> Result<(String, PriceTable), String> {
     let text = std::fs::read_to_string(file).map_err(|e| format!("{file}: {e}"))?;

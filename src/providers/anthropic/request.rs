@@ -5,10 +5,11 @@
 //! `response_format` has no native equivalent: it becomes an instruction appended to `system`.
 
 use super::DEFAULT_VERSION;
-use crate::api_error::ApiError;
-use crate::canonical::{ChatRequest, Content, ContentPart, ImageUrl, Message, Role, ToolChoice};
+use crate::canonical::{ChatRequest, Content, ContentPart, ImageUrl, Message, Role, Tool, ToolChoice};
+use crate::config::routes::Deployment;
+use crate::http::codes;
+use crate::http::error::ApiError;
 use crate::providers::{endpoint, headers, UpstreamCall};
-use crate::routes::Deployment;
 use serde_json::{json, Map, Value};
 
 const DEFAULT_MAX_TOKENS: u64 = 4096;
@@ -41,27 +42,7 @@ pub(super) fn translate_request(dep: &Deployment, req: &ChatRequest) -> Result<V
             "This model's provider (Anthropic) returns one choice per request; 'n' must be 1.",
         ));
     }
-    let mut system = Vec::new();
-    let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
-    for (i, m) in req.messages.iter().enumerate() {
-        let path = format!("messages[{i}]");
-        match m.role {
-            Role::System | Role::Developer => system.extend(content_blocks(m.content.as_ref(), &path)?),
-            Role::User => push_turn(&mut turns, "user", content_blocks(m.content.as_ref(), &path)?),
-            Role::Assistant => {
-                let mut blocks = content_blocks(m.content.as_ref(), &path)?;
-                blocks.extend(tool_use_blocks(m, &path)?);
-                push_turn(&mut turns, "assistant", blocks);
-            }
-            Role::Tool => push_turn(&mut turns, "user", vec![tool_result(m, &path)?]),
-            Role::Function => {
-                return Err(unsupported(
-                    &format!("{path}.role"),
-                    "The deprecated 'function' role is not supported by this model's provider (Anthropic); use 'tool'.",
-                ))
-            }
-        }
-    }
+    let (mut system, turns) = split_turns(req)?;
     if let Some(instruction) = json_instruction(req) {
         system.push(json!({"type": "text", "text": instruction}));
     }
@@ -76,23 +57,7 @@ pub(super) fn translate_request(dep: &Deployment, req: &ChatRequest) -> Result<V
     let messages = turns.into_iter().map(|(role, blocks)| json!({"role": role, "content": collapse(blocks)})).collect();
     body.insert("messages".into(), Value::Array(messages));
     if let Some(tools) = req.tools.as_ref().filter(|t| !t.is_empty()) {
-        let mut out = Vec::with_capacity(tools.len());
-        for (i, tool) in tools.iter().enumerate() {
-            let Some(f) = tool.function.as_ref().filter(|_| tool.kind == "function") else {
-                return Err(unsupported(
-                    &format!("tools[{i}].type"),
-                    &format!("Tool type '{}' is not supported by this model's provider (Anthropic).", tool.kind),
-                ));
-            };
-            let schema = f.parameters.clone().unwrap_or_else(|| json!({"type": "object", "properties": {}}));
-            let mut t = json!({"name": f.name, "input_schema": schema});
-            if let Some(d) = &f.description {
-                t["description"] = Value::from(d.as_str());
-            }
-            copy_cache_control(&tool.extra, &mut t);
-            out.push(t);
-        }
-        body.insert("tools".into(), Value::Array(out));
+        body.insert("tools".into(), Value::Array(translate_tools(tools)?));
         if let Some(choice) = tool_choice(req)? {
             body.insert("tool_choice".into(), choice);
         }
@@ -118,6 +83,54 @@ pub(super) fn translate_request(dep: &Deployment, req: &ChatRequest) -> Result<V
         }
     }
     Ok(Value::Object(body))
+}
+
+/// The system blocks, and the conversation as alternating user/assistant turns.
+#[allow(clippy::type_complexity)]
+fn split_turns(req: &ChatRequest) -> Result<(Vec<Value>, Vec<(&'static str, Vec<Value>)>), ApiError> {
+    let mut system = Vec::new();
+    let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
+    for (i, m) in req.messages.iter().enumerate() {
+        let path = format!("messages[{i}]");
+        match m.role {
+            Role::System | Role::Developer => system.extend(content_blocks(m.content.as_ref(), &path)?),
+            Role::User => push_turn(&mut turns, "user", content_blocks(m.content.as_ref(), &path)?),
+            Role::Assistant => {
+                let mut blocks = content_blocks(m.content.as_ref(), &path)?;
+                blocks.extend(tool_use_blocks(m, &path)?);
+                push_turn(&mut turns, "assistant", blocks);
+            }
+            Role::Tool => push_turn(&mut turns, "user", vec![tool_result(m, &path)?]),
+            Role::Function => {
+                return Err(unsupported(
+                    &format!("{path}.role"),
+                    "The deprecated 'function' role is not supported by this model's provider (Anthropic); use 'tool'.",
+                ))
+            }
+        }
+    }
+    Ok((system, turns))
+}
+
+/// OpenAI function tools as Anthropic tools; any other tool type is refused.
+fn translate_tools(tools: &[Tool]) -> Result<Vec<Value>, ApiError> {
+    let mut out = Vec::with_capacity(tools.len());
+    for (i, tool) in tools.iter().enumerate() {
+        let Some(f) = tool.function.as_ref().filter(|_| tool.kind == "function") else {
+            return Err(unsupported(
+                &format!("tools[{i}].type"),
+                &format!("Tool type '{}' is not supported by this model's provider (Anthropic).", tool.kind),
+            ));
+        };
+        let schema = f.parameters.clone().unwrap_or_else(|| json!({"type": "object", "properties": {}}));
+        let mut t = json!({"name": f.name, "input_schema": schema});
+        if let Some(d) = &f.description {
+            t["description"] = Value::from(d.as_str());
+        }
+        copy_cache_control(&tool.extra, &mut t);
+        out.push(t);
+    }
+    Ok(out)
 }
 
 /// Appends a turn, merging it into the previous one of the same role (Anthropic needs alternation);
@@ -217,7 +230,7 @@ fn tool_use_blocks(m: &Message, path: &str) -> Result<Vec<Value>, ApiError> {
                 Ok(v @ Value::Object(_)) => v,
                 _ => {
                     return Err(ApiError::invalid_request(
-                        "invalid_value",
+                        codes::INVALID_VALUE,
                         format!("'{call_path}.function.arguments' must be a JSON object encoded as a string."),
                     )
                     .with_param(&format!("{call_path}.function.arguments")))
@@ -306,7 +319,7 @@ fn copy_cache_control(extra: &Map<String, Value>, block: &mut Value) {
 }
 
 fn unsupported(param: &str, message: &str) -> ApiError {
-    ApiError::invalid_request("unsupported_parameter", message).with_param(param)
+    ApiError::invalid_request(codes::UNSUPPORTED_PARAMETER, message).with_param(param)
 }
 
 #[cfg(test)]

@@ -1,10 +1,11 @@
 //! Anthropic Message → OpenAI `chat.completion`.
 
 use super::finish_reason;
+use crate::canonical::completion::{AssistantMessage, Completion, CompletionChoice, FunctionOut, ToolCallOut};
+use crate::canonical::usage::Usage;
+use crate::config::routes::ProviderKind;
 use crate::providers::{classify, read_json, ChatResult, UpstreamError};
-use crate::routes::ProviderKind;
-use crate::usage::{OpenaiUsage, Usage};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::Value;
 
 #[derive(Deserialize)]
@@ -18,48 +19,6 @@ struct MessageView {
     stop_reason: Option<String>,
     #[serde(default)]
     usage: Option<Value>,
-}
-
-#[derive(Serialize)]
-struct Completion<'a> {
-    id: &'a str,
-    object: &'static str,
-    created: u64,
-    model: &'a str,
-    choices: [Choice; 1],
-    #[serde(skip_serializing_if = "Option::is_none")]
-    usage: Option<OpenaiUsage>,
-}
-
-#[derive(Serialize)]
-struct Choice {
-    index: u32,
-    message: AssistantMessage,
-    logprobs: Option<()>,
-    finish_reason: Option<&'static str>,
-}
-
-#[derive(Serialize)]
-struct AssistantMessage {
-    role: &'static str,
-    content: Option<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    tool_calls: Vec<ToolCallOut>,
-    refusal: Option<()>,
-}
-
-#[derive(Serialize)]
-struct ToolCallOut {
-    id: String,
-    #[serde(rename = "type")]
-    kind: &'static str,
-    function: FunctionOut,
-}
-
-#[derive(Serialize)]
-struct FunctionOut {
-    name: String,
-    arguments: String,
 }
 
 pub(in crate::providers) fn translate_chat_response(body: &[u8], created: u64) -> Result<ChatResult, UpstreamError> {
@@ -96,7 +55,7 @@ pub(in crate::providers) fn translate_chat_response(body: &[u8], created: u64) -
         object: "chat.completion",
         created,
         model: &msg.model,
-        choices: [Choice {
+        choices: [CompletionChoice {
             index: 0,
             message: AssistantMessage { role: "assistant", content, tool_calls, refusal: None },
             logprobs: None,

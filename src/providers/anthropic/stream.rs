@@ -1,59 +1,13 @@
 //! Anthropic Messages stream events → OpenAI `chat.completion.chunk` events.
 
 use super::finish_reason;
+use crate::canonical::completion::{Chunk, ChunkChoice, Delta, FunctionDelta, ToolDelta, ToolFunction, CHUNK_OBJECT};
+use crate::canonical::usage::{OpenaiUsage, Usage};
+use crate::config::routes::ProviderKind;
+use crate::http::sse::{write_data, SseEvent};
 use crate::providers::{classify, UpstreamError};
-use crate::routes::ProviderKind;
-use crate::sse::{write_data, SseEvent};
-use crate::usage::{OpenaiUsage, Usage};
-use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
-
-#[derive(Serialize)]
-struct Chunk<'a> {
-    id: &'a str,
-    object: &'static str,
-    created: u64,
-    model: &'a str,
-    choices: Vec<ChunkChoice<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    usage: Option<OpenaiUsage>,
-}
-
-#[derive(Serialize)]
-struct ChunkChoice<'a> {
-    index: u32,
-    delta: Delta<'a>,
-    logprobs: Option<()>,
-    finish_reason: Option<&'static str>,
-}
-
-#[derive(Serialize, Default)]
-struct Delta<'a> {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    role: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    content: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    tool_calls: Option<[ToolDelta<'a>; 1]>,
-}
-
-#[derive(Serialize)]
-struct ToolDelta<'a> {
-    index: usize,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    id: Option<&'a str>,
-    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
-    kind: Option<&'static str>,
-    function: FunctionDelta<'a>,
-}
-
-#[derive(Serialize)]
-struct FunctionDelta<'a> {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    name: Option<&'a str>,
-    arguments: &'a str,
-}
 
 pub(crate) struct AnthropicStream {
     wants_usage: bool,
@@ -113,11 +67,12 @@ impl AnthropicStream {
                             Some(Value::Object(o)) if !o.is_empty() => block["input"].to_string(),
                             _ => String::new(),
                         };
+                        let function = FunctionDelta { name: block["name"].as_str(), arguments: &arguments };
                         let tool = ToolDelta {
                             index,
                             id: block["id"].as_str(),
                             kind: Some("function"),
-                            function: FunctionDelta { name: block["name"].as_str(), arguments: &arguments },
+                            function: Some(ToolFunction::Piece(function)),
                         };
                         self.emit(out, Delta { tool_calls: Some([tool]), ..Delta::default() }, None);
                     }
@@ -133,6 +88,7 @@ impl AnthropicStream {
                         let index = data["index"].as_u64().and_then(|i| self.tool_index.get(&i)).copied();
                         if let (Some(index), false) = (index, partial.is_empty()) {
                             let function = FunctionDelta { name: None, arguments: partial };
+                            let function = Some(ToolFunction::Piece(function));
                             let tool = ToolDelta { index, id: None, kind: None, function };
                             self.emit(out, Delta { tool_calls: Some([tool]), ..Delta::default() }, None);
                         }
@@ -173,7 +129,7 @@ impl AnthropicStream {
     fn start(&mut self, out: &mut Vec<u8>) {
         if !self.started {
             self.started = true;
-            let delta = Delta { role: Some("assistant"), content: Some(""), tool_calls: None };
+            let delta = Delta { role: Some("assistant"), content: Some(""), ..Delta::default() };
             self.write(out, vec![ChunkChoice { index: 0, delta, logprobs: None, finish_reason: None }], None);
         }
     }
@@ -186,9 +142,10 @@ impl AnthropicStream {
     fn write(&self, out: &mut Vec<u8>, choices: Vec<ChunkChoice>, usage: Option<OpenaiUsage>) {
         let chunk = Chunk {
             id: &self.id,
-            object: "chat.completion.chunk",
+            object: CHUNK_OBJECT,
             created: self.created,
             model: &self.model,
+            system_fingerprint: None,
             choices,
             usage,
         };
@@ -200,9 +157,9 @@ impl AnthropicStream {
 
 #[cfg(test)]
 mod tests {
+    use crate::canonical::usage::Usage;
     use crate::providers::testing::deployment;
     use crate::providers::{ErrorClass, StreamEnd, StreamTranslator, UpstreamError};
-    use crate::usage::Usage;
 
     pub(crate) const CREATED: u64 = 1_700_000_000;
 

@@ -61,6 +61,8 @@ fn stream_cut_midway_ends_with_an_error_event() {
     let last = &r.events.last().expect("events").1;
     let v: serde_json::Value = serde_json::from_str(last).expect("last event is JSON");
     assert!(v["error"]["message"].is_string(), "last event must be an error: {last}");
+    assert_eq!(v["error"]["code"], "upstream_stream_interrupted", "{last}");
+    assert!(!v["error"]["message"].as_str().unwrap().contains("could not connect"), "bytes were relayed: {last}");
     assert!(!r.text().is_empty(), "content before the cut is delivered");
     assert_eq!(s.mock_calls("e2e-fallback-cut"), 0, "no fallback after the first byte");
 }

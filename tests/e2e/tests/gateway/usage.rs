@@ -68,7 +68,8 @@ fn chat(s: &Stack, body: &Value, headers: &[(&str, &str)]) -> (String, Value) {
     let r = post_with(&s.url("/v1/chat/completions"), KEY_USAGE, body, headers);
     let id = r.header("x-request-id").unwrap_or_else(|| panic!("no x-request-id: {} {}", r.status, r.body)).to_string();
     let v = serde_json::from_str(&r.body).unwrap_or(Value::Null);
-    assert!(r.status == 200 || body["model"] == "always-500", "{}: {}", r.status, r.body);
+    let failing = body["model"] == "always-500" || body["model"] == "all-fail";
+    assert!(r.status == 200 || failing, "{}: {}", r.status, r.body);
     (id, v)
 }
 
@@ -148,6 +149,23 @@ fn run_mix(s: &Stack) -> Vec<Expected> {
 
     let (id, _) = chat(s, &json!({"model": "always-500", "messages": messages("fail")}), &[]);
     add("error", id, "always-500", "e2e-500+status=500", 502, Tokens::default(), false);
+
+    // Two deployments tried, neither answered: not a fallback.
+    let (id, _) = chat(s, &json!({"model": "all-fail", "messages": messages("fail twice")}), &[]);
+    add("all-failed", id, "all-fail", "e2e-unreachable", 502, Tokens::default(), false);
+
+    // Anthropic cannot return two choices: the next deployment serves, and the event is written.
+    let (id, v) = chat(s, &json!({"model": "anthropic-first", "n": 2, "messages": messages("two please")}), &[]);
+    add("unbuildable", id, "anthropic-first", "gpt-4o-mini", 200, Tokens::of(&v["usage"]), false);
+
+    // A stream the vendor cuts after bytes were relayed: the event names the interruption.
+    let text = "cut me off";
+    let body = json!({"model": "cut-stream", "stream": true, "max_tokens": 30, "messages": messages(text)});
+    let r = stream(&s.url("/v1/chat/completions"), KEY_USAGE, &body);
+    assert!(r.status == 200 && !r.done(), "{:?}", r.events);
+    let id = r.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case("x-request-id")).expect("x-request-id").1.clone();
+    let estimate = Tokens { input: estimated_input(text), output: 30, ..Tokens::default() };
+    add("cut", id, "cut-stream", "e2e-cut+cut_after=3+delay_ms=20", 502, estimate, true);
 
     let (id, v) = chat(s, &json!({"model": "slow-anthropic", "messages": messages("unpriced")}), &[]);
     add("unpriced", id, "slow-anthropic", "e2e-slow-an+delay_ms=150+words=6", 200, Tokens::of(&v["usage"]), false);
@@ -311,6 +329,17 @@ fn mixed_run_yields_one_priced_event_per_request() {
                 assert_eq!(attempts[0]["input_tokens"], 0, "{what}");
             }
             "error" => assert_eq!(e["error_class"], "server_error", "{what}"),
+            "all-failed" => {
+                assert_eq!(e["fallback"], false, "{what}: no deployment answered");
+                assert!(attempts.len() >= 2, "{what}");
+            }
+            "unbuildable" => {
+                assert_eq!((e["deployment"].as_str(), e["fallback"].as_bool()), (Some("oa"), Some(false)), "{what}");
+                assert_eq!(attempts.len(), 1, "{what}: the unbuildable deployment made no upstream call");
+            }
+            "cut" => {
+                assert_eq!(e["error_code"], "upstream_stream_interrupted", "{what}");
+            }
             "stream" | "anthropic-stream" => assert!(e["ttft_ms"].as_u64().is_some(), "{what}"),
             "disconnect" => {
                 assert_eq!(e["error_class"], "client_disconnected", "{what}");
@@ -348,8 +377,8 @@ fn mixed_run_yields_one_priced_event_per_request() {
     assert_eq!(t["cost_micro_usd"], total_cost, "{r}");
     assert_eq!(
         (t["estimated"].as_u64(), t["unpriced"].as_u64(), t["errors"].as_u64()),
-        (Some(1), Some(1), Some(2)),
-        "{r}"
+        (Some(2), Some(2), Some(4)),
+        "estimated: disconnect, cut; unpriced: slow-anthropic, cut; errors: error, all-failed, disconnect, cut: {r}"
     );
     let models: BTreeSet<&str> = r["rows"].as_array().unwrap().iter().filter_map(|row| row["model"].as_str()).collect();
     assert!(

@@ -1,0 +1,51 @@
+//! Authentication: the bearer key checked against its KV record, and what the gateway then knows
+//! about the request.
+
+pub mod context;
+
+use crate::auth::context::RequestContext;
+use crate::config;
+use crate::config::keys::{self, KeyRefusal};
+use crate::http::codes;
+use crate::http::error::ApiError;
+use worker::{Env, Request};
+
+/// The bearer key checked against its KV record; the request's context once it is accepted.
+pub async fn authenticate(req: &Request, env: &Env, request_id: &str, now_ms: u64) -> Result<RequestContext, ApiError> {
+    let header = req.headers().get("authorization").ok().flatten();
+    let secret = keys::bearer(header.as_deref()).ok_or_else(ApiError::missing_key)?;
+    let record = config::store::key_record(env, secret, now_ms).await?.ok_or_else(ApiError::invalid_key)?;
+    match record.check(now_ms) {
+        Ok(()) => {}
+        Err(KeyRefusal::Revoked) => {
+            return Err(ApiError::new(
+                401,
+                "invalid_request_error",
+                codes::KEY_REVOKED,
+                "This API key has been revoked.",
+            ))
+        }
+        Err(KeyRefusal::Expired) => {
+            return Err(ApiError::new(401, "invalid_request_error", codes::KEY_EXPIRED, "This API key has expired."))
+        }
+        Err(_) => return Err(ApiError::invalid_key()),
+    }
+    let header = |name: &str| req.headers().get(name).ok().flatten();
+    let max_wait_ms =
+        context::max_wait_ms(header("x-gateway-priority").as_deref(), header("x-gateway-max-wait-ms").as_deref());
+    let non_empty = |v: Option<String>| v.map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
+    Ok(RequestContext {
+        request_id: request_id.to_string(),
+        started_ms: now_ms,
+        key: record,
+        env: env.clone(),
+        max_wait_ms,
+        task: non_empty(header("x-gateway-task")),
+        session_id: non_empty(header("x-session-id")),
+        timeout_override_ms: header("x-gateway-timeout-ms").and_then(|v| v.trim().parse().ok()),
+        random: context::random_u64(),
+        tags: header("x-gateway-tags"),
+        cache_control: header("cache-control"),
+        cache_ttl: header("x-gateway-cache-ttl"),
+    })
+}

@@ -1,0 +1,114 @@
+//! `POST /v1/chat/completions`: the OpenAI chat request parsed and checked, answered from the
+//! exact cache when it may be, else sent down the pipeline with the chat vendor step.
+
+use crate::auth::context::RequestContext;
+use crate::cache;
+use crate::cache::policy::CachedAnswer;
+use crate::cache::store::CacheUse;
+use crate::canonical::ChatRequest;
+use crate::config::routes::Deployment;
+use crate::endpoints::route;
+use crate::http::error::ApiError;
+use crate::http::io;
+use crate::pipeline::gate::Needs;
+use crate::pipeline::report;
+use crate::pipeline::run::{self, Trip};
+use crate::pipeline::step::{Answer, ClientStream, VendorStep};
+use crate::providers::{self, StreamTranslator, UpstreamCall, UpstreamError};
+use crate::support::clock::now_ms;
+use crate::usage::record::RequestOutcome;
+use crate::usage::record::RequestShape;
+use worker::{Context, Env, Response};
+
+pub async fn completions(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context) -> Result<Response, ApiError> {
+    let chat = ChatRequest::parse(&body)?;
+    // A task header picks the logical model (e.g. `summary`, `code`); otherwise the request's model.
+    let logical = rc.task.clone().unwrap_or_else(|| chat.model.clone());
+    let table = route::table(env, &rc).await?;
+    let model = route::model(&table, &rc, &logical)?;
+    let chain = table.chain(&logical, rc.random, rc.session_id.as_deref()).unwrap_or_default();
+    let cache = CacheUse::decide(&model.cache, &chat, &rc, &body);
+    if let Some(answer) = cache.lookup(env, rc.started_ms).await {
+        return serve_cached(answer, &chat, &rc, &logical, ctx, env);
+    }
+    let mut outcome = RequestOutcome::new(&rc, &logical, chat.is_stream());
+    outcome.describe(&chat);
+    let shape = RequestShape {
+        text_chars: chat.text_chars(),
+        messages: chat.messages.len(),
+        max_output: chat.max_output_tokens(),
+    };
+    let needs = Needs {
+        tools: chat.needs_tools(),
+        json_mode: chat.needs_json(),
+        vision: chat.needs_vision(),
+        context_tokens: 0,
+    };
+    let trip = Trip {
+        rc: &rc,
+        logical_model: &logical,
+        model,
+        chain,
+        body: &body,
+        stream: chat.is_stream(),
+        shape: outcome.shape.unwrap_or(shape),
+        needs,
+        outcome,
+        cache: Some(&cache),
+        unserved: "No deployment of this model can serve this request.",
+    };
+    run::run(trip, &ChatStep { chat: &chat }, env, ctx).await
+}
+
+/// Chat completions for every vendor: the canonical request translated to its format and back.
+pub struct ChatStep<'a> {
+    pub chat: &'a ChatRequest,
+}
+
+impl VendorStep for ChatStep<'_> {
+    fn build(&self, deployment: &Deployment, _body: &[u8], credential: &str) -> Result<UpstreamCall, ApiError> {
+        providers::build_chat(deployment, self.chat, credential, deployment.quirks.stream_options)
+    }
+
+    fn translate(&self, deployment: &Deployment, body: &[u8], now_ms: u64) -> Result<Answer, UpstreamError> {
+        let result = providers::translate_chat_response(deployment, body, now_ms / 1000)?;
+        Ok(Answer { body: result.body, usage: result.usage })
+    }
+
+    fn stream(&self, deployment: &Deployment, now_ms: u64) -> Box<dyn ClientStream> {
+        Box::new(StreamTranslator::new(deployment, self.chat.wants_usage(), now_ms / 1000))
+    }
+
+    fn cacheable(&self) -> bool {
+        true
+    }
+}
+
+/// Answers from the cache: no upstream call; streamed requests get the answer replayed as SSE.
+fn serve_cached(
+    answer: CachedAnswer,
+    chat: &ChatRequest,
+    rc: &RequestContext,
+    logical: &str,
+    ctx: &Context,
+    env: &Env,
+) -> Result<Response, ApiError> {
+    let now = now_ms();
+    let mut outcome = RequestOutcome::new(rc, logical, chat.is_stream());
+    outcome.describe(chat);
+    outcome.record_cache_hit(&answer.deployment, answer.usage, now);
+    report::finish(outcome, ctx, env);
+    let mut response = if chat.is_stream() {
+        let sse = cache::policy::replay_as_sse(&answer.body, chat.wants_usage())
+            .ok_or_else(|| ApiError::internal("cached answer could not be replayed"))?;
+        io::sse_response(futures::stream::once(async move { Ok(sse) }))?
+    } else {
+        io::json_response(200, answer.body.clone().into_bytes())?
+    };
+    let headers = response.headers_mut();
+    let _ = headers.set("x-gateway-cache", "hit");
+    let _ = headers.set("age", &answer.age_s(now).to_string());
+    let _ = headers.set("x-gateway-deployment", &answer.deployment);
+    let _ = headers.set("x-gateway-attempts", "0");
+    Ok(response)
+}

@@ -1,0 +1,8 @@
+//! One thin adapter per public URL: parse the body, describe the request to the pipeline, and
+//! hand it the per-vendor steps.
+
+pub mod admin;
+pub mod chat;
+pub mod embeddings;
+pub mod models;
+pub mod route;

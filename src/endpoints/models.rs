@@ -1,0 +1,19 @@
+//! `GET /v1/models`: the logical models this key may use.
+
+use crate::auth::context::RequestContext;
+use crate::config;
+use crate::http::error::ApiError;
+use crate::http::io;
+use worker::{Env, Response};
+
+pub async fn list(rc: &RequestContext, env: &Env) -> Result<Response, ApiError> {
+    let table = config::store::route_table(env, rc.started_ms).await?;
+    let data: Vec<serde_json::Value> = table
+        .models
+        .keys()
+        .filter(|name| rc.key.allows_model(name))
+        .map(|name| serde_json::json!({"id": name, "object": "model", "created": 0, "owned_by": "edge-gateway"}))
+        .collect();
+    let body = serde_json::json!({"object": "list", "data": data});
+    io::json_response(200, body.to_string().into_bytes())
+}

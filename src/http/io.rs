@@ -1,0 +1,62 @@
+//! Building responses and reading request bodies.
+
+use crate::http::codes;
+use crate::http::error::ApiError;
+use worker::{Request, Response, ResponseBuilder};
+
+/// Largest request body accepted; image-bearing chat requests can be several MiB.
+pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+
+pub fn json_response(status: u16, body: Vec<u8>) -> Result<Response, ApiError> {
+    ResponseBuilder::new()
+        .with_status(status)
+        .with_header("content-type", "application/json")
+        .map_err(|e| ApiError::internal(e.to_string()))
+        .map(|b| b.fixed(body))
+}
+
+pub fn error_response(err: &ApiError, request_id: Option<&str>) -> Response {
+    let mut builder = ResponseBuilder::new().with_status(err.status);
+    let mut headers = vec![("content-type", "application/json".to_string())];
+    if let Some(s) = err.retry_after_s {
+        headers.push(("retry-after", s.to_string()));
+    }
+    if let Some(id) = request_id {
+        headers.push(("x-request-id", id.to_string()));
+    }
+    for (name, value) in &err.headers {
+        headers.push((name, value.clone()));
+    }
+    for (name, value) in headers {
+        builder = match builder.with_header(name, &value) {
+            Ok(b) => b,
+            Err(_) => ResponseBuilder::new().with_status(err.status),
+        };
+    }
+    builder.fixed(err.to_json().into_bytes())
+}
+
+pub fn sse_response<S>(stream: S) -> Result<Response, ApiError>
+where
+    S: futures::Stream<Item = worker::Result<Vec<u8>>> + 'static,
+{
+    ResponseBuilder::new()
+        .with_status(200)
+        .with_header("content-type", "text/event-stream; charset=utf-8")
+        .and_then(|b| b.with_header("cache-control", "no-cache"))
+        .and_then(|b| b.from_stream(stream))
+        .map_err(|e| ApiError::internal(e.to_string()))
+}
+
+/// Reads the body, refusing anything over `MAX_BODY_BYTES` (by header first, then by size).
+pub async fn read_body(req: &mut Request) -> Result<Vec<u8>, ApiError> {
+    let declared = req.headers().get("content-length").ok().flatten().and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY_BYTES) {
+        return Err(ApiError::body_too_large(MAX_BODY_BYTES));
+    }
+    let body = req.bytes().await.map_err(|e| ApiError::invalid_request(codes::UNREADABLE_BODY, e.to_string()))?;
+    if body.len() > MAX_BODY_BYTES {
+        return Err(ApiError::body_too_large(MAX_BODY_BYTES));
+    }
+    Ok(body)
+}

@@ -1,0 +1,562 @@
+//! The isolate's side of limiter leases: slices of a deployment's buckets that this isolate
+//! took from the limiter object, admitted against locally with no round trip.
+//!
+//! Pure: time comes in as an argument and nothing here touches `worker`. `admission` owns the
+//! one instance per isolate and does the talking; this decides when to ask, what to admit
+//! locally, and what to tell the object (a [`Tally`]) when it next speaks to it.
+//!
+//! - A request is admitted locally when a live slice covers it (1 request and its token
+//!   estimate in every limited bucket); otherwise it goes to the object as before, asking for a
+//!   lease in the same round trip.
+//! - A new lease is asked for ahead of running dry: when the slices will serve less than
+//!   [`RENEW_AHEAD_MS`] more at the current rate (the last second's, or in a burst the last
+//!   tenth's), for what a slice's life needs less what the slices will still serve. One ask in
+//!   flight at a time, and only once the isolate sees more than one request a second (below
+//!   that a lease would serve no one but the request that brought it).
+//! - Slices are used oldest first and only until [`EXPIRY_MARGIN_MS`] before their TTL ends;
+//!   drained or expired slices are handed back with what they did not use.
+//! - Local settles correct the slice's tokens; successes are counted for the breaker. A failure,
+//!   a 429, a quota error, Retry-After or vendor headers showing less room than this isolate
+//!   holds are urgent: every slice is handed back and the object is told at once.
+
+use std::collections::{HashMap, VecDeque};
+
+use limiter::leases::LEASE_TTL_MS;
+use limiter::limits::{Amounts, BucketKind, Delta, Limits};
+use limiter::protocol::{LeaseAsk, LeaseGrant, LeaseReturn, Outcome, RejectCode, Tally, TokenUsage, UpstreamSignals};
+
+/// A slice stops admitting this long before its TTL, so its use ends before the object's clock
+/// says so even with the grant's answer in flight.
+pub const EXPIRY_MARGIN_MS: u64 = 250;
+
+/// An ask unanswered this long is given up, so another may be sent.
+pub const ASK_TIMEOUT_MS: u64 = 5_000;
+
+/// A lease is asked for at least this many requests...
+pub const MIN_WANT: u64 = 4;
+/// ...and at most this many.
+pub const MAX_WANT: u64 = 10_000;
+
+/// After a health refusal (breaker, pause) no lease is asked for during at most this long.
+pub const MAX_QUIET_MS: u64 = 5_000;
+
+/// A lease is asked for when the slices will serve less than this much more time at the
+/// current rate: ample for the round trip, short enough that little of the last slice is left.
+pub const RENEW_AHEAD_MS: u64 = 500;
+
+/// More slices than this are never held (each ask adds at most one).
+const MAX_SLICES: usize = 4;
+
+const SECOND_MS: u64 = 1_000;
+
+/// Requests in the last second from which a lease is asked for (this one included).
+const MIN_RATE_TO_LEASE: u64 = 2;
+
+/// One admission made against a slice; settle gives it back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ticket {
+    pub lease: String,
+    /// The request and its estimate in the buckets the deployment limits.
+    pub taken: Amounts,
+    pub limited: Limited,
+}
+
+/// Which token buckets a deployment limits: only those are taken from a slice (requests always).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limited {
+    tokens: bool,
+    input: bool,
+    output: bool,
+}
+
+impl Limited {
+    pub fn of(limits: &Limits) -> Self {
+        Limited { tokens: limits.tpm.is_some(), input: limits.input_tpm.is_some(), output: limits.output_tpm.is_some() }
+    }
+
+    pub fn apply(self, a: Amounts) -> Amounts {
+        let keep = |on: bool, n: u64| if on { n } else { 0 };
+        Amounts {
+            requests: a.requests,
+            tokens: keep(self.tokens, a.tokens),
+            input: keep(self.input, a.input),
+            output: keep(self.output, a.output),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalAdmit {
+    pub ticket: Ticket,
+    pub remaining_requests: Option<u64>,
+    pub remaining_tokens: Option<u64>,
+}
+
+/// What to do for one request: admit it locally, and/or ask for a lease (alongside the object
+/// admit when not local, in the background when local).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Decision {
+    pub local: Option<LocalAdmit>,
+    pub ask: Option<LeaseAsk>,
+}
+
+/// After a local settle: nothing to send, or a tally to send to the object now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SettleAction {
+    Done,
+    Now(Tally),
+}
+
+#[derive(Debug, Clone)]
+struct Slice {
+    id: String,
+    left: Delta,
+    /// The limits it was granted under: a changed route table retires it.
+    limits: Limits,
+    expires_ms: u64,
+    remaining: (Option<u64>, Option<u64>),
+}
+
+impl Slice {
+    fn covers(&self, need: Amounts, limits: &Limits) -> bool {
+        self.left.requests >= 1
+            && BucketKind::ALL
+                .iter()
+                .filter(|k| k.capacity(limits).is_some())
+                .all(|&k| self.left.get(k) >= signed(need.get(k)))
+    }
+
+    fn hand_back(self) -> LeaseReturn {
+        LeaseReturn { id: self.id, unused: self.left }
+    }
+}
+
+/// Requests counted in fixed windows; the count over the last `width` weighs the previous
+/// window by its overlap.
+#[derive(Debug, Clone, Default)]
+struct Counter {
+    index: u64,
+    current: u64,
+    previous: u64,
+}
+
+impl Counter {
+    fn record(&mut self, width: u64, now_ms: u64) {
+        let index = now_ms / width;
+        if index != self.index {
+            self.previous = if index == self.index + 1 { self.current } else { 0 };
+            self.current = 0;
+            self.index = index;
+        }
+        self.current += 1;
+    }
+
+    fn over_last(&self, width: u64, now_ms: u64) -> u64 {
+        let (current, previous) = match (now_ms / width).saturating_sub(self.index) {
+            0 => (self.current, self.previous),
+            1 => (0, self.current),
+            _ => (0, 0),
+        };
+        previous * (width - now_ms % width) / width + current
+    }
+}
+
+/// Requests per second and the average request, from what this isolate saw.
+#[derive(Debug, Clone, Default)]
+struct Demand {
+    second: Counter,
+    /// A tenth of a second, so a burst is seen before a whole second has passed.
+    tenth: Counter,
+    average: Option<Amounts>,
+}
+
+impl Demand {
+    fn record(&mut self, need: Amounts, now_ms: u64) {
+        self.second.record(SECOND_MS, now_ms);
+        self.tenth.record(SECOND_MS / 10, now_ms);
+        // Rounded up, so slices sized from it carry the typical request.
+        let blend = |avg: u64, new: u64| (avg.saturating_mul(7).saturating_add(new)).div_ceil(8);
+        self.average = Some(match self.average {
+            None => need,
+            Some(a) => Amounts {
+                requests: 1,
+                tokens: blend(a.tokens, need.tokens),
+                input: blend(a.input, need.input),
+                output: blend(a.output, need.output),
+            },
+        });
+    }
+
+    /// Leasing pays once a lease serves more than the request that brought it: below this
+    /// many requests in the last second every request goes to the object, as before leases.
+    fn worth_leasing(&self, now_ms: u64) -> bool {
+        self.second.over_last(SECOND_MS, now_ms) >= MIN_RATE_TO_LEASE
+    }
+
+    fn per_second(&self, now_ms: u64) -> u64 {
+        let burst = self.tenth.over_last(SECOND_MS / 10, now_ms) * 10;
+        self.second.over_last(SECOND_MS, now_ms).max(burst)
+    }
+
+    /// How many requests `ms` brings at the current rate (at least one).
+    fn requests_over(&self, ms: u64, now_ms: u64) -> u64 {
+        (self.per_second(now_ms) * ms).div_ceil(SECOND_MS).max(1)
+    }
+
+    /// `requests` average requests, with a quarter spare in tokens for larger ones.
+    fn times(&self, requests: u64) -> Amounts {
+        let each = self.average.unwrap_or_default();
+        let tokens = |per: u64| per.saturating_mul(requests).saturating_mul(5) / 4;
+        Amounts { requests, tokens: tokens(each.tokens), input: tokens(each.input), output: tokens(each.output) }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Local {
+    slices: VecDeque<Slice>,
+    tally: Tally,
+    /// When `tally.signals` arrived (their reset times are relative to then).
+    signals_ms: u64,
+    asking: Option<(String, u64)>,
+    /// An ask sent before the deployment turned unhealthy: its grant goes straight back.
+    void: Option<String>,
+    quiet_until_ms: u64,
+    demand: Demand,
+}
+
+impl Local {
+    fn retire(&mut self, keep: impl Fn(&Slice) -> bool) -> bool {
+        if self.slices.iter().all(&keep) {
+            return false;
+        }
+        let before = self.slices.len();
+        let (kept, gone): (VecDeque<Slice>, VecDeque<Slice>) = self.slices.drain(..).partition(|s| keep(s));
+        self.slices = kept;
+        self.tally.returns.extend(gone.into_iter().map(Slice::hand_back));
+        self.slices.len() != before
+    }
+
+    /// Stops every local admission: slices go back, and so will the grant of an ask in flight.
+    fn retire_all(&mut self) -> bool {
+        if let Some((id, _)) = self.asking.take() {
+            self.void = Some(id);
+        }
+        self.retire(|_| false)
+    }
+
+    /// How many more typical requests the slices will admit before they expire at the current
+    /// rate: each slice its requests or, if they run out first, its tokens, and no more than
+    /// the rate uses in the time it has left (the rest goes back unused).
+    fn supply(&self, now_ms: u64) -> u64 {
+        let per_second = self.demand.per_second(now_ms);
+        let each = self.demand.average.unwrap_or_default();
+        self.slices
+            .iter()
+            .map(|s| {
+                let limited = Limited::of(&s.limits).apply(each);
+                let token_kinds = [BucketKind::Tpm, BucketKind::InputTpm, BucketKind::OutputTpm];
+                let admits = token_kinds
+                    .iter()
+                    .filter(|&&k| limited.get(k) > 0)
+                    .map(|&k| s.left.get(k).max(0) as u64 / limited.get(k))
+                    .fold(s.left.requests.max(0) as u64, u64::min);
+                let in_time = per_second.saturating_mul(s.expires_ms.saturating_sub(now_ms)) / SECOND_MS;
+                admits.min(in_time)
+            })
+            .sum()
+    }
+
+    fn held(&self) -> Delta {
+        self.slices.iter().fold(Delta::default(), |sum, s| sum.plus(s.left))
+    }
+
+    fn take(&mut self, limits: &Limits, need: Amounts) -> Option<LocalAdmit> {
+        let limited = Limited::of(limits);
+        let need = limited.apply(need);
+        let i = self.slices.iter().position(|s| s.covers(need, limits))?;
+        let slice = &mut self.slices[i];
+        slice.left = slice.left.plus(Delta::between(Amounts::default(), need));
+        let (id, remaining) = (slice.id.clone(), slice.remaining);
+        if slice.left.requests <= 0 {
+            let drained = self.slices.remove(i).expect("index was just found");
+            self.tally.returns.push(drained.hand_back());
+        }
+        let held = self.held();
+        let plus = |base: Option<u64>, extra: i64| base.map(|b| b.saturating_add(extra.max(0) as u64));
+        Some(LocalAdmit {
+            ticket: Ticket { lease: id, taken: need, limited },
+            remaining_requests: plus(remaining.0, held.requests),
+            remaining_tokens: plus(remaining.1, held.tokens),
+        })
+    }
+
+    fn wants_more(&self, now_ms: u64) -> bool {
+        let asking = self.asking.as_ref().is_some_and(|(_, since)| now_ms < since.saturating_add(ASK_TIMEOUT_MS));
+        if asking || now_ms < self.quiet_until_ms || self.slices.len() >= MAX_SLICES {
+            return false;
+        }
+        if !self.demand.worth_leasing(now_ms) {
+            return false;
+        }
+        self.supply(now_ms) <= self.demand.requests_over(RENEW_AHEAD_MS, now_ms)
+    }
+
+    /// What to ask for: what a slice's usable life needs at the current rate less what the
+    /// slices will still admit, in typical requests with their tokens (so every slice can
+    /// admit on its own).
+    fn want(&self, now_ms: u64) -> Amounts {
+        let need = self.demand.requests_over(LEASE_TTL_MS - EXPIRY_MARGIN_MS, now_ms).clamp(MIN_WANT, MAX_WANT);
+        self.demand.times(need.saturating_sub(self.supply(now_ms)).max(1))
+    }
+
+    fn take_tally(&mut self, now_ms: u64) -> Tally {
+        let mut tally = std::mem::take(&mut self.tally);
+        let aged = now_ms.saturating_sub(self.signals_ms);
+        for reset in [&mut tally.signals.reset_requests_ms, &mut tally.signals.reset_tokens_ms] {
+            *reset = reset.map(|ms| ms.saturating_sub(aged));
+        }
+        tally
+    }
+}
+
+/// Every deployment's leases in this isolate.
+#[derive(Debug)]
+pub struct LeaseLedger {
+    prefix: String,
+    next_id: u64,
+    deployments: HashMap<String, Local>,
+}
+
+/// Whether a deployment's limits allow leases at all: in-flight limits and tenant fair shares are
+/// counted by the object alone, so those deployments admit every request there.
+pub fn leasable(limits: &Limits) -> bool {
+    limits.max_concurrent.is_none() && limits.fair_share.is_none()
+}
+
+impl LeaseLedger {
+    /// `prefix` makes this isolate's lease ids unique (a random draw per isolate).
+    pub fn new(prefix: &str) -> Self {
+        LeaseLedger { prefix: prefix.to_string(), next_id: 0, deployments: HashMap::new() }
+    }
+
+    fn local(&mut self, deployment: &str) -> &mut Local {
+        local_in(&mut self.deployments, deployment)
+    }
+
+    /// Admits locally if a slice covers `need`, and says whether to ask for a lease now.
+    pub fn admit(&mut self, deployment: &str, limits: &Limits, need: Amounts, now_ms: u64) -> Decision {
+        let local = local_in(&mut self.deployments, deployment);
+        local.demand.record(need, now_ms);
+        local.retire(|s| s.expires_ms > now_ms && s.limits == *limits);
+        if !leasable(limits) {
+            return Decision::default();
+        }
+        let admitted = local.take(limits, need);
+        let ask = local.wants_more(now_ms).then(|| {
+            let id = format!("{}.{}", self.prefix, self.next_id);
+            self.next_id += 1;
+            local.asking = Some((id.clone(), now_ms));
+            LeaseAsk { id, want: local.want(now_ms) }
+        });
+        Decision { local: admitted, ask }
+    }
+
+    /// Admits locally only, asking nothing (after the object refused: a lease granted meanwhile
+    /// may cover the request after all).
+    pub fn admit_held(&mut self, deployment: &str, limits: &Limits, need: Amounts, now_ms: u64) -> Option<LocalAdmit> {
+        let local = self.local(deployment);
+        local.retire(|s| s.expires_ms > now_ms && s.limits == *limits);
+        local.take(limits, need)
+    }
+
+    /// Installs a grant; returns when the watcher should hand back what is due: at the new
+    /// slice's expiry, or at once for the grant of an ask made void meanwhile.
+    pub fn granted(
+        &mut self,
+        deployment: &str,
+        id: &str,
+        limits: &Limits,
+        grant: &LeaseGrant,
+        now_ms: u64,
+    ) -> Option<u64> {
+        let local = self.local(deployment);
+        if local.asking.as_ref().is_some_and(|(asked, _)| asked == id) {
+            local.asking = None;
+        }
+        if grant.grant.requests == 0 {
+            return None;
+        }
+        if local.void.as_deref() == Some(id) {
+            local.void = None;
+            let unused = Delta::between(grant.grant, Amounts::default());
+            local.tally.returns.push(LeaseReturn { id: id.to_string(), unused });
+            return Some(now_ms);
+        }
+        let expires_ms = now_ms + grant.ttl_ms.saturating_sub(EXPIRY_MARGIN_MS);
+        local.slices.push_back(Slice {
+            id: id.to_string(),
+            left: Delta::between(grant.grant, Amounts::default()),
+            limits: limits.clone(),
+            expires_ms,
+            remaining: (grant.remaining_requests, grant.remaining_tokens),
+        });
+        Some(expires_ms)
+    }
+
+    /// The object granted nothing. A health refusal hands every slice back at once (the
+    /// deployment must stop admitting locally); returns whether any was.
+    pub fn refused(&mut self, deployment: &str, id: &str, code: RejectCode, retry_after_ms: u64, now_ms: u64) -> bool {
+        let local = self.local(deployment);
+        if local.asking.as_ref().is_some_and(|(asked, _)| asked == id) {
+            local.asking = None;
+        }
+        local.quiet_until_ms = now_ms + retry_after_ms.min(MAX_QUIET_MS);
+        code.is_health() && local.retire_all()
+    }
+
+    /// The ask got no answer (the object was unreachable).
+    pub fn ask_lost(&mut self, deployment: &str, id: &str) {
+        let local = self.local(deployment);
+        if local.asking.as_ref().is_some_and(|(asked, _)| asked == id) {
+            local.asking = None;
+        }
+    }
+
+    /// Settles a local admission: usage corrects the slice (or, once it is handed back, the
+    /// object's buckets through the tally); urgent outcomes hand every slice back and return
+    /// the tally to send now.
+    pub fn settle_local(
+        &mut self,
+        deployment: &str,
+        ticket: &Ticket,
+        outcome: &Outcome,
+        usage: Option<TokenUsage>,
+        signals: &UpstreamSignals,
+        now_ms: u64,
+    ) -> SettleAction {
+        let local = self.local(deployment);
+        if let Some(used) = usage {
+            let actual = Amounts {
+                requests: ticket.taken.requests,
+                ..ticket.limited.apply(Amounts::request(used.input, used.output))
+            };
+            let refund = Delta::between(ticket.taken, actual);
+            match local.slices.iter_mut().find(|s| s.id == ticket.lease) {
+                Some(slice) => slice.left = slice.left.plus(refund),
+                None => local.tally.adjust = local.tally.adjust.plus(refund),
+            }
+        }
+        if *outcome == Outcome::Success {
+            local.tally.successes += 1;
+        }
+        if urgent(outcome, signals, local.held()) {
+            local.retire_all();
+            local.quiet_until_ms = now_ms + signals.retry_after_ms.unwrap_or(0).min(MAX_QUIET_MS);
+            return SettleAction::Now(local.take_tally(now_ms));
+        }
+        if !signals.is_empty() {
+            local.tally.signals = *signals;
+            local.signals_ms = now_ms;
+        }
+        SettleAction::Done
+    }
+
+    /// Undoes a local admission whose request went no further (a later layer refused it): the
+    /// request and its tokens go back into its slice, to be admitted against again. If the slice
+    /// was already handed back they go with its return (if that is still to be sent) or as
+    /// `released` in the tally, and the tally is to be sent now so the object has them back at once.
+    pub fn release_local(&mut self, deployment: &str, ticket: &Ticket, now_ms: u64) -> SettleAction {
+        let local = self.local(deployment);
+        let back = Delta::between(ticket.taken, Amounts::default());
+        if let Some(slice) = local.slices.iter_mut().find(|s| s.id == ticket.lease) {
+            slice.left = slice.left.plus(back);
+            return SettleAction::Done;
+        }
+        match local.tally.returns.iter_mut().find(|r| r.id == ticket.lease) {
+            Some(ret) => ret.unused = ret.unused.plus(back),
+            None => local.tally.released = local.tally.released.plus(back),
+        }
+        SettleAction::Now(local.take_tally(now_ms))
+    }
+
+    /// The tally to send with an object-admitted request's settle; urgent outcomes hand every
+    /// slice back first.
+    pub fn settle_remote(
+        &mut self,
+        deployment: &str,
+        outcome: &Outcome,
+        signals: &UpstreamSignals,
+        now_ms: u64,
+    ) -> Tally {
+        let local = self.local(deployment);
+        if urgent(outcome, signals, local.held()) {
+            local.retire_all();
+        }
+        local.take_tally(now_ms)
+    }
+
+    /// The object says the deployment is no longer healthy: stop admitting locally, and ask
+    /// for no lease for `quiet_ms` (at most [`MAX_QUIET_MS`]). Returns whether a slice went back.
+    pub fn unhealthy(&mut self, deployment: &str, quiet_ms: u64, now_ms: u64) -> bool {
+        let local = self.local(deployment);
+        local.quiet_until_ms = now_ms + quiet_ms.min(MAX_QUIET_MS);
+        local.retire_all()
+    }
+
+    /// Everything to tell the object, to ride along with the next message.
+    pub fn take_tally(&mut self, deployment: &str, now_ms: u64) -> Tally {
+        self.local(deployment).take_tally(now_ms)
+    }
+
+    /// Puts back a tally whose message was lost, to go with the next one.
+    pub fn restore_tally(&mut self, deployment: &str, lost: Tally) {
+        let local = self.local(deployment);
+        let pending = &mut local.tally;
+        pending.successes += lost.successes;
+        pending.adjust = pending.adjust.plus(lost.adjust);
+        pending.released = pending.released.plus(lost.released);
+        pending.returns.extend(lost.returns);
+        if pending.signals.is_empty() {
+            pending.signals = lost.signals;
+        }
+    }
+
+    /// Retires slices whose time is up; says whether any lease waits to be handed back (then
+    /// the watcher of an isolate that went quiet sends the tally).
+    pub fn expire(&mut self, deployment: &str, now_ms: u64) -> bool {
+        let local = self.local(deployment);
+        local.retire(|s| s.expires_ms > now_ms);
+        !local.tally.returns.is_empty()
+    }
+
+    /// What this isolate holds for `deployment` (tests and diagnostics).
+    pub fn held(&self, deployment: &str) -> Delta {
+        self.deployments.get(deployment).map(Local::held).unwrap_or_default()
+    }
+}
+
+fn local_in<'a>(deployments: &'a mut HashMap<String, Local>, deployment: &str) -> &'a mut Local {
+    if !deployments.contains_key(deployment) {
+        deployments.insert(deployment.to_string(), Local::default());
+    }
+    deployments.get_mut(deployment).expect("inserted above")
+}
+
+/// Whether the object must hear of this settle now rather than with the next message.
+fn urgent(outcome: &Outcome, signals: &UpstreamSignals, held: Delta) -> bool {
+    let below = |told: Option<u64>, held: i64| told.is_some_and(|n| signed(n) < held);
+    matches!(outcome, Outcome::Failure | Outcome::RateLimited { .. } | Outcome::QuotaExhausted)
+        || signals.retry_after_ms.is_some()
+        || below(signals.remaining_requests, held.requests)
+        || below(signals.remaining_tokens, held.tokens)
+}
+
+fn signed(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests;
+
+#[cfg(test)]
+mod simulation;

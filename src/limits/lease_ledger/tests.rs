@@ -1,0 +1,517 @@
+use super::*;
+
+/// A window boundary, so demand counts start clean.
+const T0: u64 = 1_700_000_000_000;
+const DEP: &str = "dep";
+
+fn rpm(n: u64) -> Limits {
+    Limits { rpm: Some(n), ..Limits::default() }
+}
+
+fn rpm_tpm(r: u64, t: u64) -> Limits {
+    Limits { rpm: Some(r), tpm: Some(t), ..Limits::default() }
+}
+
+fn need(tokens: u64) -> Amounts {
+    Amounts::request(tokens, 0)
+}
+
+fn grant(requests: u64, tokens: u64) -> LeaseGrant {
+    LeaseGrant {
+        grant: Amounts { requests, tokens, input: 0, output: 0 },
+        ttl_ms: LEASE_TTL_MS,
+        remaining_requests: Some(100),
+        remaining_tokens: None,
+    }
+}
+
+/// A cache holding one slice of `requests` (and `tokens`) granted at `now`.
+fn holding(limits: &Limits, requests: u64, tokens: u64, now: u64) -> (LeaseLedger, String) {
+    let mut c = LeaseLedger::new("iso");
+    assert_eq!(c.admit(DEP, limits, need(10), now).ask, None, "a lone request asks for nothing");
+    let ask = c.admit(DEP, limits, need(10), now).ask.expect("the second request in a second asks");
+    c.granted(DEP, &ask.id, limits, &grant(requests, tokens), now).expect("a slice");
+    (c, ask.id)
+}
+
+fn local(d: &Decision) -> &LocalAdmit {
+    d.local.as_ref().expect("admitted locally")
+}
+
+fn returns(t: &Tally) -> Vec<(&str, Delta)> {
+    t.returns.iter().map(|r| (r.id.as_str(), r.unused)).collect()
+}
+
+fn rq(requests: i64, tokens: i64) -> Delta {
+    Delta { requests, tokens, ..Delta::default() }
+}
+
+// --- asking ---
+
+#[test]
+fn a_lone_request_asks_nothing_and_the_next_asks_alongside() {
+    let mut c = LeaseLedger::new("iso");
+    let limits = rpm_tpm(1_000, 100_000);
+    assert_eq!(c.admit(DEP, &limits, need(100), T0), Decision::default(), "to the object, as before leases");
+    let d = c.admit(DEP, &limits, need(100), T0 + 1);
+    assert_eq!(d.local, None);
+    let ask = d.ask.expect("asks alongside");
+    assert_eq!(ask.id, "iso.0");
+    // Two requests in a tenth of a second: 20 a second over a slice's 2.75 s, a quarter spare in tokens.
+    assert_eq!(ask.want, Amounts { requests: 55, tokens: 6_875, input: 6_875, output: 0 });
+}
+
+#[test]
+fn a_slow_trickle_never_leases() {
+    let mut c = LeaseLedger::new("iso");
+    for i in 0..20 {
+        assert_eq!(c.admit(DEP, &rpm(1_000), need(1), T0 + i * 1_500), Decision::default());
+    }
+}
+
+#[test]
+fn one_ask_at_a_time_until_it_is_answered_or_times_out() {
+    let mut c = LeaseLedger::new("iso");
+    c.admit(DEP, &rpm(1_000), need(1), T0);
+    let first = c.admit(DEP, &rpm(1_000), need(1), T0).ask.unwrap();
+    assert_eq!(c.admit(DEP, &rpm(1_000), need(1), T0 + 10).ask, None);
+    assert_eq!(c.admit(DEP, &rpm(1_000), need(1), T0 + ASK_TIMEOUT_MS - 1).ask, None);
+    let second = c.admit(DEP, &rpm(1_000), need(1), T0 + ASK_TIMEOUT_MS).ask.expect("the lost ask is given up");
+    assert_ne!(first.id, second.id);
+    c.ask_lost(DEP, &second.id);
+    assert!(c.admit(DEP, &rpm(1_000), need(1), T0 + ASK_TIMEOUT_MS + 1).ask.is_some());
+}
+
+#[test]
+fn the_want_follows_the_rate() {
+    let mut c = LeaseLedger::new("iso");
+    let mut asks = Vec::new();
+    // 200 requests a second for two seconds; answer every ask with nothing (room refusal lasts 1 s).
+    for i in 0..400u64 {
+        let now = T0 + i * 5;
+        if let Some(ask) = c.admit(DEP, &rpm(1_000_000), need(10), now).ask {
+            c.refused(DEP, &ask.id, RejectCode::Rpm, 0, now);
+            asks.push((now, ask.want.requests));
+        }
+    }
+    let late = asks.iter().rev().find(|(t, _)| *t >= T0 + 1_000).unwrap().1;
+    // 200 a second over a slice's 2.75 s.
+    assert!((520..=600).contains(&late), "{:?}", &asks[asks.len() - 5..]);
+    assert!(asks.iter().all(|&(_, w)| (MIN_WANT..=MAX_WANT).contains(&w)));
+    // A burst far beyond the cap asks for the cap.
+    let mut busy = LeaseLedger::new("iso");
+    let mut last = 0;
+    for i in 0..20_000u64 {
+        if let Some(ask) = busy.admit(DEP, &rpm(u64::MAX / 4), need(1), T0 + i / 10).ask {
+            busy.refused(DEP, &ask.id, RejectCode::Rpm, 0, T0 + i / 10);
+            last = ask.want.requests;
+        }
+    }
+    assert_eq!(last, MAX_WANT);
+}
+
+#[test]
+fn renews_ahead_of_running_dry_and_off_the_path() {
+    let limits = rpm(100_000);
+    let (mut c, _) = holding(&limits, 40, 0, T0);
+    let mut renewal = None;
+    for i in 1..40u64 {
+        let d = c.admit(DEP, &limits, need(1), T0 + i);
+        assert!(d.local.is_some(), "request {i} admitted locally");
+        if d.ask.is_some() {
+            renewal = Some(i);
+            break;
+        }
+    }
+    let at = renewal.expect("asked before running dry");
+    assert!(at < 39, "asked while still holding requests ({at})");
+}
+
+#[test]
+fn renews_when_the_slice_is_about_to_expire() {
+    let limits = rpm(100_000);
+    let (mut c, _) = holding(&limits, 1_000, 0, T0);
+    let end = T0 + LEASE_TTL_MS - EXPIRY_MARGIN_MS;
+    // 20 a second: the slice has far more than it can serve, so it is its end that comes first.
+    let asked = (T0 + 50..end)
+        .step_by(50)
+        .find(|&t| {
+            let d = c.admit(DEP, &limits, need(1), t);
+            assert!(d.local.is_some());
+            d.ask.is_some()
+        })
+        .expect("asked before the end");
+    assert!(end - asked <= RENEW_AHEAD_MS && end - asked >= RENEW_AHEAD_MS - 100, "asked {} ms before", end - asked);
+}
+
+#[test]
+fn asks_for_what_the_slices_will_not_serve() {
+    let limits = rpm(100_000);
+    let (mut c, _) = holding(&limits, 30, 0, T0);
+    // 100 a second: the fourth request sees 60 a second (six in this tenth), so the 26 held
+    // last less than half a second; a slice's life then needs 165.
+    let asked: Vec<_> =
+        (0..10u64).filter_map(|i| c.admit(DEP, &limits, need(1), T0 + i * 10).ask.map(|a| (i, a))).collect();
+    assert_eq!(asked.len(), 1, "one ask in flight");
+    assert_eq!((asked[0].0, asked[0].1.want.requests), (3, 165 - 26));
+}
+
+#[test]
+fn at_most_a_few_slices_are_held() {
+    let limits = rpm(1_000_000);
+    let mut c = LeaseLedger::new("iso");
+    for i in 0..50u64 {
+        if let Some(ask) = c.admit(DEP, &limits, need(1), T0 + i).ask {
+            c.granted(DEP, &ask.id, &limits, &grant(10, 0), T0 + i);
+        }
+    }
+    assert!(c.deployments[DEP].slices.len() <= MAX_SLICES);
+}
+
+#[test]
+fn in_flight_limits_mean_no_leases() {
+    let limits = Limits { max_concurrent: Some(10), ..rpm(1_000) };
+    let mut c = LeaseLedger::new("iso");
+    assert_eq!(c.admit(DEP, &limits, need(1), T0), Decision::default());
+    assert!(!leasable(&limits) && leasable(&rpm(1)));
+}
+
+// --- admitting locally ---
+
+#[test]
+fn a_slice_admits_exactly_what_it_holds_then_is_handed_back() {
+    let limits = rpm_tpm(1_000, 100_000);
+    let (mut c, id) = holding(&limits, 3, 100, T0);
+    for i in 0..3 {
+        let d = c.admit(DEP, &limits, need(30), T0 + i);
+        let ticket = &local(&d).ticket;
+        assert_eq!((&ticket.lease, ticket.taken), (&id, Amounts { requests: 1, tokens: 30, input: 0, output: 0 }));
+    }
+    assert_eq!(c.admit(DEP, &limits, need(1), T0 + 3).local, None, "drained");
+    let tally = c.take_tally(DEP, T0 + 3);
+    assert_eq!(returns(&tally), vec![(id.as_str(), rq(0, 10))], "the unused tokens go back");
+}
+
+#[test]
+fn a_request_larger_than_the_slice_goes_to_the_object() {
+    let limits = rpm_tpm(1_000, 100_000);
+    let (mut c, _) = holding(&limits, 5, 100, T0);
+    assert_eq!(c.admit(DEP, &limits, need(101), T0).local, None);
+    assert_eq!(c.held(DEP), rq(5, 100), "nothing taken");
+    assert!(c.admit(DEP, &limits, need(100), T0).local.is_some());
+}
+
+#[test]
+fn only_limited_buckets_must_cover() {
+    let limits = rpm(1_000);
+    let (mut c, _) = holding(&limits, 2, 0, T0);
+    assert!(c.admit(DEP, &limits, need(50_000), T0).local.is_some(), "tokens are not limited here");
+}
+
+#[test]
+fn oldest_slice_first() {
+    let limits = rpm(1_000);
+    let (mut c, old) = holding(&limits, 2, 0, T0);
+    c.granted(DEP, "newer", &limits, &grant(5, 0), T0 + 100);
+    assert_eq!(local(&c.admit(DEP, &limits, need(1), T0 + 200)).ticket.lease, old);
+    assert_eq!(local(&c.admit(DEP, &limits, need(1), T0 + 200)).ticket.lease, old);
+    assert_eq!(local(&c.admit(DEP, &limits, need(1), T0 + 200)).ticket.lease, "newer");
+}
+
+#[test]
+fn local_admissions_report_what_is_left() {
+    let limits = rpm(1_000);
+    let (mut c, _) = holding(&limits, 5, 0, T0);
+    let d = c.admit(DEP, &limits, need(1), T0);
+    assert_eq!(local(&d).remaining_requests, Some(104), "the object's count plus what this isolate holds");
+}
+
+#[test]
+fn a_slice_stops_before_its_ttl_and_expiry_hands_it_back() {
+    let limits = rpm(1_000);
+    let (mut c, id) = holding(&limits, 5, 0, T0);
+    let end = T0 + LEASE_TTL_MS - EXPIRY_MARGIN_MS;
+    assert!(!c.expire(DEP, end - 1));
+    assert!(c.admit(DEP, &limits, need(1), end - 1).local.is_some());
+    assert!(c.expire(DEP, end), "something to hand back");
+    assert_eq!(c.admit(DEP, &limits, need(1), end).local, None);
+    assert_eq!(returns(&c.take_tally(DEP, end)), vec![(id.as_str(), rq(4, 0))]);
+    assert!(!c.expire(DEP, end + 1), "nothing left to hand back");
+}
+
+#[test]
+fn changed_limits_retire_the_slices() {
+    let (mut c, id) = holding(&rpm(1_000), 5, 0, T0);
+    assert_eq!(c.admit(DEP, &rpm(2_000), need(1), T0).local, None);
+    assert_eq!(returns(&c.take_tally(DEP, T0)), vec![(id.as_str(), rq(5, 0))]);
+}
+
+#[test]
+fn a_lease_granted_meanwhile_covers_a_refused_request() {
+    let limits = rpm(1_000);
+    let mut c = LeaseLedger::new("iso");
+    assert_eq!(c.admit_held(DEP, &limits, need(1), T0), None);
+    c.granted(DEP, "late", &limits, &grant(2, 0), T0);
+    assert_eq!(c.admit_held(DEP, &limits, need(1), T0).map(|l| l.ticket.lease), Some("late".into()));
+}
+
+#[test]
+fn an_empty_grant_installs_nothing_but_ends_the_ask() {
+    let limits = rpm(1_000);
+    let mut c = LeaseLedger::new("iso");
+    c.admit(DEP, &limits, need(1), T0);
+    let ask = c.admit(DEP, &limits, need(1), T0).ask.unwrap();
+    assert_eq!(c.granted(DEP, &ask.id, &limits, &grant(0, 0), T0), None);
+    assert!(c.admit(DEP, &limits, need(1), T0 + 1).ask.is_some());
+}
+
+// --- refusals ---
+
+#[test]
+fn a_health_refusal_hands_everything_back_and_stays_quiet() {
+    let limits = rpm(1_000);
+    let (mut c, held) = holding(&limits, 2, 0, T0);
+    let ask = c.admit(DEP, &limits, need(1), T0 + 1_500).ask.expect("renewal");
+    assert!(c.refused(DEP, &ask.id, RejectCode::Paused, 2_000, T0 + 1_500));
+    assert_eq!(c.admit(DEP, &limits, need(1), T0 + 1_600), Decision::default(), "no local admission, no ask");
+    assert_eq!(returns(&c.take_tally(DEP, T0 + 1_600)), vec![(held.as_str(), rq(1, 0))]);
+    c.admit(DEP, &limits, need(1), T0 + 3_500);
+    assert!(c.admit(DEP, &limits, need(1), T0 + 3_500).ask.is_some(), "asks again after the pause");
+}
+
+#[test]
+fn a_refusal_for_room_keeps_the_slices() {
+    let limits = rpm(1_000);
+    let (mut c, _) = holding(&limits, 3, 0, T0);
+    let ask = c.admit(DEP, &limits, need(1), T0 + 1_500).ask.expect("renewal");
+    assert!(!c.refused(DEP, &ask.id, RejectCode::Rpm, 1_000, T0 + 1_500));
+    let d = c.admit(DEP, &limits, need(1), T0 + 1_600);
+    assert!(d.local.is_some() && d.ask.is_none());
+    assert!(c.admit(DEP, &limits, need(1), T0 + 2_500).ask.is_some());
+}
+
+#[test]
+fn quiet_is_bounded() {
+    let limits = rpm(1_000);
+    let mut c = LeaseLedger::new("iso");
+    c.admit(DEP, &limits, need(1), T0);
+    let ask = c.admit(DEP, &limits, need(1), T0).ask.unwrap();
+    c.refused(DEP, &ask.id, RejectCode::BreakerOpen, 600_000, T0);
+    c.admit(DEP, &limits, need(1), T0 + MAX_QUIET_MS);
+    assert!(c.admit(DEP, &limits, need(1), T0 + MAX_QUIET_MS).ask.is_some());
+}
+
+#[test]
+fn an_unhealthy_answer_stops_local_admission() {
+    let limits = rpm(1_000);
+    let (mut c, _) = holding(&limits, 5, 0, T0);
+    assert!(c.unhealthy(DEP, MAX_QUIET_MS, T0));
+    assert_eq!(c.admit(DEP, &limits, need(1), T0 + 1), Decision::default());
+}
+
+// --- settling ---
+
+#[test]
+fn local_settles_refund_and_charge_the_slice() {
+    let limits = rpm_tpm(1_000, 100_000);
+    let (mut c, _) = holding(&limits, 4, 1_000, T0);
+    let a = local(&c.admit(DEP, &limits, need(400), T0)).ticket.clone();
+    let b = local(&c.admit(DEP, &limits, need(400), T0)).ticket.clone();
+    assert_eq!(c.held(DEP), rq(2, 200));
+    let done = |c: &mut LeaseLedger, t: &Ticket, used: u64| {
+        c.settle_local(
+            DEP,
+            t,
+            &Outcome::Success,
+            Some(TokenUsage { input: used, output: 0 }),
+            &UpstreamSignals::default(),
+            T0,
+        )
+    };
+    assert_eq!(done(&mut c, &a, 100), SettleAction::Done);
+    assert_eq!(c.held(DEP), rq(2, 500), "300 unused tokens are admitted against again");
+    done(&mut c, &b, 1_000);
+    assert_eq!(c.held(DEP), rq(2, -100), "used beyond the estimate: the slice is in debt");
+    assert_eq!(c.admit(DEP, &limits, need(1), T0).local, None, "a slice in debt admits nothing");
+    let tally = c.take_tally(DEP, T0);
+    assert_eq!(tally.successes, 2);
+}
+
+#[test]
+fn a_settle_after_the_hand_back_corrects_the_buckets() {
+    let limits = rpm_tpm(1_000, 100_000);
+    let (mut c, _) = holding(&limits, 1, 500, T0);
+    let t = local(&c.admit(DEP, &limits, need(500), T0)).ticket.clone();
+    c.take_tally(DEP, T0); // the drained slice went back with the last message
+    let used = Some(TokenUsage { input: 200, output: 0 });
+    c.settle_local(DEP, &t, &Outcome::Success, used, &UpstreamSignals::default(), T0);
+    let tally = c.take_tally(DEP, T0);
+    assert_eq!(tally.adjust, rq(0, 300));
+    assert_eq!(tally.successes, 1);
+}
+
+#[test]
+fn no_usage_keeps_the_estimate() {
+    let limits = rpm_tpm(1_000, 100_000);
+    let (mut c, _) = holding(&limits, 2, 1_000, T0);
+    let t = local(&c.admit(DEP, &limits, need(400), T0)).ticket.clone();
+    c.settle_local(DEP, &t, &Outcome::Neutral, None, &UpstreamSignals::default(), T0);
+    assert_eq!(c.held(DEP), rq(1, 600));
+    assert!(c.take_tally(DEP, T0).is_empty(), "a neutral outcome is nothing to report");
+}
+
+#[test]
+fn a_failure_is_urgent_and_hands_every_slice_back() {
+    let limits = rpm(1_000);
+    let (mut c, id) = holding(&limits, 5, 0, T0);
+    let ok = local(&c.admit(DEP, &limits, need(1), T0)).ticket.clone();
+    let bad = local(&c.admit(DEP, &limits, need(1), T0)).ticket.clone();
+    let quiet = UpstreamSignals::default();
+    assert_eq!(c.settle_local(DEP, &ok, &Outcome::Success, None, &quiet, T0), SettleAction::Done);
+    let SettleAction::Now(tally) = c.settle_local(DEP, &bad, &Outcome::Failure, None, &quiet, T0) else {
+        panic!("a failure goes to the object at once");
+    };
+    assert_eq!(tally.successes, 1, "the success before it goes first");
+    assert_eq!(returns(&tally), vec![(id.as_str(), rq(3, 0))]);
+    assert_eq!(c.admit(DEP, &limits, need(1), T0 + 1).local, None);
+}
+
+#[test]
+fn vendor_pauses_and_quota_are_urgent() {
+    let limits = rpm(1_000);
+    for (outcome, signals) in [
+        (Outcome::RateLimited { retry_after_ms: None }, UpstreamSignals::default()),
+        (Outcome::QuotaExhausted, UpstreamSignals::default()),
+        (Outcome::Success, UpstreamSignals { retry_after_ms: Some(2_000), ..UpstreamSignals::default() }),
+    ] {
+        let (mut c, _) = holding(&limits, 5, 0, T0);
+        let t = local(&c.admit(DEP, &limits, need(1), T0)).ticket.clone();
+        let action = c.settle_local(DEP, &t, &outcome, None, &signals, T0);
+        assert!(matches!(action, SettleAction::Now(_)), "{outcome:?} {signals:?}");
+        assert_eq!(c.held(DEP), Delta::default());
+    }
+}
+
+#[test]
+fn a_retry_after_keeps_the_isolate_from_asking() {
+    let limits = rpm(1_000);
+    let (mut c, _) = holding(&limits, 5, 0, T0);
+    let t = local(&c.admit(DEP, &limits, need(1), T0)).ticket.clone();
+    let told = UpstreamSignals { retry_after_ms: Some(2_000), ..UpstreamSignals::default() };
+    c.settle_local(DEP, &t, &Outcome::RateLimited { retry_after_ms: Some(2_000) }, None, &told, T0);
+    assert_eq!(c.admit(DEP, &limits, need(1), T0 + 1_999).ask, None);
+    assert!(c.admit(DEP, &limits, need(1), T0 + 2_000).ask.is_some());
+}
+
+#[test]
+fn vendor_headers_with_less_room_than_held_are_urgent() {
+    let limits = rpm(1_000);
+    let (mut c, _) = holding(&limits, 10, 0, T0);
+    let t = local(&c.admit(DEP, &limits, need(1), T0)).ticket.clone();
+    let tight = UpstreamSignals { remaining_requests: Some(3), ..UpstreamSignals::default() };
+    assert!(matches!(c.settle_local(DEP, &t, &Outcome::Success, None, &tight, T0), SettleAction::Now(_)));
+}
+
+#[test]
+fn other_vendor_headers_ride_with_the_next_message_aged() {
+    let limits = rpm(1_000);
+    let (mut c, _) = holding(&limits, 10, 0, T0);
+    let t = local(&c.admit(DEP, &limits, need(1), T0)).ticket.clone();
+    let roomy =
+        UpstreamSignals { remaining_requests: Some(400), reset_requests_ms: Some(1_000), ..UpstreamSignals::default() };
+    assert_eq!(c.settle_local(DEP, &t, &Outcome::Success, None, &roomy, T0), SettleAction::Done);
+    let tally = c.take_tally(DEP, T0 + 300);
+    assert_eq!(tally.signals.remaining_requests, Some(400));
+    assert_eq!(tally.signals.reset_requests_ms, Some(700));
+}
+
+#[test]
+fn an_object_admission_settles_with_the_pending_tally() {
+    let limits = rpm(1_000);
+    let (mut c, id) = holding(&limits, 5, 0, T0);
+    let t = local(&c.admit(DEP, &limits, need(1), T0)).ticket.clone();
+    c.settle_local(DEP, &t, &Outcome::Success, None, &UpstreamSignals::default(), T0);
+    let tally = c.settle_remote(DEP, &Outcome::Success, &UpstreamSignals::default(), T0);
+    assert_eq!((tally.successes, tally.returns.len()), (1, 0));
+    assert_eq!(c.held(DEP), rq(4, 0), "a success keeps the slices");
+    let tally = c.settle_remote(DEP, &Outcome::Failure, &UpstreamSignals::default(), T0);
+    assert_eq!(returns(&tally), vec![(id.as_str(), rq(4, 0))], "a failure hands them back");
+}
+
+// --- releasing (a later layer refused the request) ---
+
+#[test]
+fn a_release_puts_the_request_back_into_its_slice() {
+    let limits = rpm_tpm(1_000, 100_000);
+    let (mut c, _) = holding(&limits, 2, 1_000, T0);
+    let t = local(&c.admit(DEP, &limits, need(400), T0)).ticket.clone();
+    assert_eq!(c.held(DEP), rq(1, 600));
+    assert_eq!(c.release_local(DEP, &t, T0), SettleAction::Done);
+    assert_eq!(c.held(DEP), rq(2, 1_000), "the request and its tokens are admitted against again");
+    assert!(c.take_tally(DEP, T0).is_empty(), "no success, nothing to tell the object");
+}
+
+#[test]
+fn a_release_after_the_slice_drained_rides_on_its_return_at_once() {
+    let limits = rpm_tpm(1_000, 100_000);
+    let (mut c, id) = holding(&limits, 1, 500, T0);
+    let t = local(&c.admit(DEP, &limits, need(400), T0)).ticket.clone();
+    assert_eq!(c.held(DEP), Delta::default(), "drained: its return waits for the next message");
+    let SettleAction::Now(tally) = c.release_local(DEP, &t, T0) else { panic!("sent at once") };
+    assert_eq!(returns(&tally), vec![(id.as_str(), rq(1, 500))], "handed back as if never used");
+    assert!(tally.released.is_empty());
+}
+
+#[test]
+fn a_release_after_the_return_was_sent_is_refunded_as_released() {
+    let limits = rpm_tpm(1_000, 100_000);
+    let (mut c, _) = holding(&limits, 1, 500, T0);
+    let t = local(&c.admit(DEP, &limits, need(400), T0)).ticket.clone();
+    c.take_tally(DEP, T0); // the drained slice went back with another message
+    let SettleAction::Now(tally) = c.release_local(DEP, &t, T0) else { panic!("sent at once") };
+    assert!(tally.returns.is_empty());
+    assert_eq!(tally.released, rq(1, 400));
+    c.restore_tally(DEP, tally);
+    assert_eq!(c.take_tally(DEP, T0).released, rq(1, 400), "a lost release goes with the next message");
+}
+
+#[test]
+fn a_lost_tally_is_sent_with_the_next_message() {
+    let limits = rpm(1_000);
+    let (mut c, id) = holding(&limits, 5, 0, T0);
+    let t = local(&c.admit(DEP, &limits, need(1), T0)).ticket.clone();
+    let SettleAction::Now(lost) = c.settle_local(DEP, &t, &Outcome::Failure, None, &UpstreamSignals::default(), T0)
+    else {
+        panic!("urgent");
+    };
+    let t2 = Ticket { lease: "gone".into(), taken: need(0), limited: Limited::of(&limits) };
+    c.settle_local(DEP, &t2, &Outcome::Success, None, &UpstreamSignals::default(), T0);
+    c.restore_tally(DEP, lost);
+    let next = c.take_tally(DEP, T0);
+    assert_eq!(next.successes, 1);
+    assert_eq!(returns(&next), vec![(id.as_str(), rq(4, 0))]);
+}
+
+#[test]
+fn deployments_are_separate() {
+    let limits = rpm(1_000);
+    let (mut c, _) = holding(&limits, 5, 0, T0);
+    assert_eq!(c.admit("other", &limits, need(1), T0).local, None);
+    assert_eq!(c.held("other"), Delta::default());
+    assert_eq!(c.held(DEP), rq(5, 0));
+}
+
+#[test]
+fn a_grant_that_arrives_after_the_deployment_failed_goes_straight_back() {
+    let limits = rpm(1_000);
+    let (mut c, _) = holding(&limits, 2, 0, T0);
+    let d = c.admit(DEP, &limits, need(1), T0 + 10);
+    let ask = d.ask.expect("renewal in flight");
+    let failed =
+        c.settle_local(DEP, &d.local.unwrap().ticket, &Outcome::Failure, None, &UpstreamSignals::default(), T0);
+    assert!(matches!(failed, SettleAction::Now(_)));
+    assert_eq!(c.granted(DEP, &ask.id, &limits, &grant(30, 0), T0 + 20), Some(T0 + 20), "hand back at once");
+    assert_eq!(c.admit_held(DEP, &limits, need(1), T0 + 20), None);
+    assert!(c.expire(DEP, T0 + 20));
+    assert_eq!(returns(&c.take_tally(DEP, T0 + 20)), vec![(ask.id.as_str(), rq(30, 0))]);
+}

@@ -1,0 +1,73 @@
+//! Small steps of one attempt the driver shares: credentials, vendor rate signals, settling a
+//! failure, the route headers on an answer, and the estimate held at the key and tenant.
+
+use crate::auth::context::RequestContext;
+use crate::config::routes::Deployment;
+use crate::limits::admission::{self, Admission};
+use crate::pipeline::upstream::{self, UpstreamResponse};
+use crate::providers::rate_headers;
+use crate::providers::UpstreamError;
+use crate::support::clock::now_ms;
+use crate::usage::estimate::{self, TokenEstimate};
+use limiter::protocol::{TokenUsage, UpstreamSignals};
+use worker::{Env, Response};
+
+/// The token estimate a request reserves with its key and tenant, before a deployment is
+/// chosen: the largest of its chain's (whose output defaults may differ).
+pub fn scope_estimate(
+    text_chars: usize,
+    messages: usize,
+    max_output: Option<u64>,
+    chain: &[(&str, &Deployment)],
+) -> TokenEstimate {
+    let each = |default: Option<u32>| estimate::estimate(text_chars, messages, max_output, default);
+    chain.iter().map(|(_, d)| each(d.default_max_tokens)).max_by_key(|e| e.output).unwrap_or_else(|| each(None))
+}
+
+pub fn credential(env: &Env, name: &str) -> Option<String> {
+    env.secret(name)
+        .ok()
+        .map(|s| s.to_string())
+        .or_else(|| env.var(name).ok().map(|v| v.to_string()))
+        .filter(|s| !s.is_empty())
+}
+
+pub fn signals_of(up: &UpstreamResponse, retry_after_ms: Option<u64>) -> UpstreamSignals {
+    let mut signals = rate_headers::signals(|name| upstream::header(up, name), now_ms());
+    signals.retry_after_ms = retry_after_ms;
+    signals
+}
+
+pub async fn settle_failure(
+    admission: Admission,
+    err: &UpstreamError,
+    usage: Option<TokenUsage>,
+    signals: UpstreamSignals,
+) {
+    admission.settle(admission::outcome_for(Some(err.class), err.retry_after_ms), usage, signals).await;
+}
+
+pub fn with_route_headers(
+    mut response: Response,
+    rc: &RequestContext,
+    deployment_id: &str,
+    deployment: &Deployment,
+    attempts: usize,
+) -> Response {
+    let headers = response.headers_mut();
+    let _ = headers.set("x-request-id", &rc.request_id);
+    let _ = headers.set("x-gateway-deployment", deployment_id);
+    let _ = headers.set("x-gateway-provider", deployment.provider.as_str());
+    let _ = headers.set("x-gateway-attempts", &attempts.to_string());
+    response
+}
+
+pub fn set_remaining(response: &mut Response, remaining: (Option<u64>, Option<u64>)) {
+    let headers = response.headers_mut();
+    if let Some(r) = remaining.0 {
+        let _ = headers.set("x-ratelimit-remaining-requests", &r.to_string());
+    }
+    if let Some(t) = remaining.1 {
+        let _ = headers.set("x-ratelimit-remaining-tokens", &t.to_string());
+    }
+}

@@ -1,0 +1,13 @@
+//! The request pipeline every endpoint shares: which deployment to try next, how long to wait,
+//! when to stop (the pure planner), and the one driver that admits, sends, settles and records.
+
+pub mod attempt;
+pub mod decision_log;
+pub mod gate;
+pub mod plan;
+pub mod report;
+pub mod retry;
+pub mod run;
+pub mod step;
+pub mod stream;
+pub mod upstream;

@@ -1,0 +1,41 @@
+//! The request's one usage event: priced, its budget claim settled, and sent to the usage queue
+//! after the response, never delaying the client.
+
+use crate::config;
+use crate::config::prices;
+use crate::limits::budget;
+use crate::support::clock::now_ms;
+use crate::usage::event::UsageEvent;
+use crate::usage::queue;
+use crate::usage::record::{price_key, RequestOutcome};
+use worker::{Context, Env};
+
+/// Reports after the response is sent; never delays the client.
+pub fn finish(mut outcome: RequestOutcome, ctx: &Context, env: &Env) {
+    outcome.finished_ms = Some(now_ms());
+    let env = env.clone();
+    ctx.wait_until(async move { finish_detached(outcome, &env).await });
+}
+
+/// Prices the request and sends its usage event; call inside `wait_until`.
+pub async fn finish_detached(mut outcome: RequestOutcome, env: &Env) {
+    let now = now_ms();
+    if let Some(hit) = outcome.cache_hit.as_mut() {
+        // The cache keeps only the deployment id; the route table names its vendor and price.
+        if let Some(d) =
+            config::store::route_table(env, now).await.ok().and_then(|t| t.deployments.get(&hit.deployment).cloned())
+        {
+            hit.provider = Some(d.provider.as_str().to_string());
+            hit.price_key = Some(price_key(&d));
+            hit.model = Some(d.model);
+        }
+    }
+    let prices = prices::price_table(env, now).await;
+    let mut event = UsageEvent::build(&outcome, prices.as_deref(), outcome.finished_ms.unwrap_or(now));
+    if let Some(claim) = &outcome.budget {
+        // An unknown cost (no price) keeps the reservation charged rather than nothing.
+        let spent = budget::settle(env, claim, event.cost_micro_usd.unwrap_or(claim.reserved_micro_usd)).await;
+        event.budget_soft_exceeded = claim.soft_exceeded_after(spent);
+    }
+    queue::send(env, &event).await;
+}

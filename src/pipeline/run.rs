@@ -1,0 +1,343 @@
+//! The driver every endpoint calls: reserve with the tenant's budget, admit with the key's and
+//! tenant's limiters, then walk the chain as the planner says (admit with the deployment,
+//! send, classify, settle), answer with the first deployment that serves, and record one usage
+//! event and one decision-log line however it ends.
+
+use crate::auth::context::RequestContext;
+use crate::cache::policy::{self, CachedAnswer};
+use crate::cache::store::CacheUse;
+use crate::config::routes::{Deployment, LogicalModel};
+use crate::http::codes;
+use crate::http::error::ApiError;
+use crate::http::io;
+use crate::limits::admission::{self, Admission, Admit, Scopes};
+use crate::limits::budget;
+use crate::limits::refusal::refusal_error;
+use crate::pipeline::attempt::{
+    credential, scope_estimate, set_remaining, settle_failure, signals_of, with_route_headers,
+};
+use crate::pipeline::decision_log::DecisionLog;
+use crate::pipeline::gate::{self, Gate, Needs};
+use crate::pipeline::plan::{deadline_error, Candidate, IsolateRetryBudgets, Planner, Step};
+use crate::pipeline::report;
+use crate::pipeline::step::VendorStep;
+use crate::pipeline::stream::{self, AfterStream, StreamAttempt};
+use crate::pipeline::upstream::{self, UpstreamResponse};
+use crate::providers::{self, ErrorClass, UpstreamError};
+use crate::support::clock::now_ms;
+use crate::usage::estimate::{self, TokenEstimate};
+use crate::usage::record::RequestShape;
+use crate::usage::record::{Attempt, RequestOutcome};
+use limiter::protocol::{TokenUsage, UpstreamSignals};
+use worker::{Context, Env, Response};
+
+/// What an endpoint tells the pipeline about one request.
+pub struct Trip<'a> {
+    pub rc: &'a RequestContext,
+    pub logical_model: &'a str,
+    pub model: &'a LogicalModel,
+    /// The deployments in the order selection chose.
+    pub chain: Vec<(&'a str, &'a Deployment)>,
+    /// The client's raw body, handed to the vendor step.
+    pub body: &'a [u8],
+    pub stream: bool,
+    /// What the token estimate is made of.
+    pub shape: RequestShape,
+    /// What the capability gate checks (`context_tokens` is filled in per deployment).
+    pub needs: Needs,
+    pub outcome: RequestOutcome,
+    /// The response cache's decision, for endpoints whose answers it keeps.
+    pub cache: Option<&'a CacheUse>,
+    /// The message when no deployment could be tried at all.
+    pub unserved: &'static str,
+}
+
+/// Runs one request through the pipeline with the endpoint's vendor step.
+pub async fn run(trip: Trip<'_>, step: &dyn VendorStep, env: &Env, ctx: &Context) -> Result<Response, ApiError> {
+    let mut trip = trip;
+    let rc = trip.rc;
+    let deadline_ms = rc.started_ms + trip.model.deadline_ms(rc.timeout_override_ms);
+    let claim = match budget::admit(env, rc, Some(&trip.shape), &trip.chain, deadline_ms).await {
+        Ok(claim) => claim,
+        Err(refused) => return Err(refuse(trip.outcome, refused, ctx, env)),
+    };
+    let soft_budget = claim.as_ref().is_some_and(|c| c.soft_exceeded);
+    trip.outcome.budget = claim;
+    // Key, then tenant, before any deployment: released again if no deployment takes the request.
+    let RequestShape { text_chars, messages, max_output } = trip.shape;
+    let need = scope_estimate(text_chars, messages, max_output, &trip.chain);
+    let scopes = match admission::admit_scopes(env, ctx, rc, need).await {
+        Ok(scopes) => scopes,
+        Err(refused) => return Err(refuse(trip.outcome, refusal_error(&refused), ctx, env)),
+    };
+    let mut driver = Driver::new(trip, step, env, ctx, scopes, deadline_ms);
+    loop {
+        match driver.planner.next(now_ms(), &mut IsolateRetryBudgets) {
+            Step::Stop(_) => return driver.give_up().await,
+            Step::Skip { index, reason } => {
+                driver.warn_unknown(index);
+                let missing = match &reason {
+                    crate::pipeline::plan::Skip::Capability(missing) => missing.as_slice(),
+                    _ => &[],
+                };
+                driver.log.skip(driver.trip.chain[index].0, reason.as_str(), missing);
+            }
+            Step::Try { index, wait_ms } => {
+                driver.warn_unknown(index);
+                if wait_ms > 0 {
+                    worker::Delay::from(std::time::Duration::from_millis(wait_ms)).await;
+                }
+                if let Some(served) = driver.attempt(index).await {
+                    return Ok(driver.answer(served, soft_budget));
+                }
+            }
+        }
+    }
+}
+
+/// A refusal before any deployment (budget, key or tenant limit): recorded, then returned.
+fn refuse(mut outcome: RequestOutcome, error: ApiError, ctx: &Context, env: &Env) -> ApiError {
+    outcome.fail(&error);
+    report::finish(outcome, ctx, env);
+    error
+}
+
+/// A deployment's answer on its way to the client.
+struct Served {
+    response: Response,
+    index: usize,
+    remaining: (Option<u64>, Option<u64>),
+}
+
+struct Driver<'a> {
+    trip: Trip<'a>,
+    step: &'a dyn VendorStep,
+    env: &'a Env,
+    ctx: &'a Context,
+    scopes: Scopes,
+    planner: Planner,
+    log: DecisionLog,
+    credentials: Vec<Option<String>>,
+    estimates: Vec<TokenEstimate>,
+}
+
+impl<'a> Driver<'a> {
+    fn new(
+        trip: Trip<'a>,
+        step: &'a dyn VendorStep,
+        env: &'a Env,
+        ctx: &'a Context,
+        scopes: Scopes,
+        deadline_ms: u64,
+    ) -> Self {
+        let RequestShape { text_chars, messages, max_output } = trip.shape;
+        let estimates: Vec<TokenEstimate> = trip
+            .chain
+            .iter()
+            .map(|(_, d)| estimate::estimate(text_chars, messages, max_output, d.default_max_tokens))
+            .collect();
+        let credentials: Vec<Option<String>> = trip.chain.iter().map(|(_, d)| credential(env, &d.credential)).collect();
+        let candidates = trip
+            .chain
+            .iter()
+            .zip(&estimates)
+            .zip(&credentials)
+            .map(|(((id, d), e), c)| {
+                let needs = Needs { context_tokens: e.input + max_output.unwrap_or(0), ..trip.needs };
+                Candidate { id: id.to_string(), gate: gate::gate(&d.capabilities, &needs), has_credential: c.is_some() }
+            })
+            .collect();
+        let planner = Planner::new(candidates, trip.model.retry, deadline_ms, trip.rc.random);
+        let log = DecisionLog::new(&trip.rc.request_id, trip.logical_model);
+        Driver { trip, step, env, ctx, scopes, planner, log, credentials, estimates }
+    }
+
+    fn warn_unknown(&mut self, index: usize) {
+        if let Gate::PassUnknown(unknown) = &self.planner.candidate(index).gate {
+            self.log.warn_unknown(self.trip.chain[index].0, unknown);
+        }
+    }
+
+    /// Build, admit, send: `Some` when this deployment served.
+    async fn attempt(&mut self, index: usize) -> Option<Served> {
+        let (id, deployment) = self.trip.chain[index];
+        let credential = self.credentials[index].as_deref().unwrap_or_default();
+        let call = match self.step.build(deployment, self.trip.body, credential) {
+            Ok(call) => call,
+            Err(e) => {
+                // A chain may mix vendors: one that cannot take this request is passed over.
+                self.log.skip(id, &e.code, &[]);
+                self.planner.unbuildable(e);
+                return None;
+            }
+        };
+        let admission = match self.admit(index).await {
+            Admit::Admitted(a) => a,
+            Admit::Refused { code, retry_after_ms } => {
+                self.log.refused(id, code.as_str(), retry_after_ms);
+                self.planner.refused(index, code, retry_after_ms);
+                return None;
+            }
+        };
+        let remaining = (admission.remaining_requests, admission.remaining_tokens);
+        let started_ms = now_ms();
+        if !self.planner.begin_attempt(started_ms) {
+            settle_failure(admission, &deadline_error(), None, UpstreamSignals::default()).await;
+            return None;
+        }
+        match self.exchange(index, &call, admission, started_ms).await {
+            Ok(response) => {
+                self.planner.served();
+                Some(Served { response, index, remaining })
+            }
+            Err(err) => {
+                self.log.failed(id, err.class.as_str());
+                self.trip.outcome.attempts.push(Attempt::failed(id, deployment, &err, started_ms, now_ms()));
+                self.planner.failed(err);
+                None
+            }
+        }
+    }
+
+    async fn admit(&self, index: usize) -> Admit {
+        let (id, deployment) = self.trip.chain[index];
+        let rc = self.trip.rc;
+        let reservation = format!("{}:{}:{id}", rc.request_id, self.planner.attempts());
+        let estimate = self.estimates[index];
+        admission::admit(self.env, self.ctx, id, deployment, &rc.key.tenant, reservation, estimate, rc.max_wait_ms)
+            .await
+    }
+
+    /// One upstream call; the admission is settled on every path.
+    async fn exchange(
+        &mut self,
+        index: usize,
+        call: &providers::UpstreamCall,
+        admission: Admission,
+        started_ms: u64,
+    ) -> Result<Response, UpstreamError> {
+        let deployment = self.trip.chain[index].1;
+        let budget_ms = self.planner.deadline_ms().saturating_sub(started_ms);
+        let timeouts = &deployment.timeouts;
+        let headers_timeout =
+            if self.trip.stream { timeouts.connect_ms + timeouts.first_token_ms } else { timeouts.total_ms };
+        let sent = upstream::send(call, &self.trip.rc.request_id, headers_timeout.min(budget_ms)).await;
+        match sent {
+            Ok(up) if (200..300).contains(&up.status) && self.trip.stream => {
+                self.relay_stream(index, up, admission, started_ms).await
+            }
+            Ok(up) if (200..300).contains(&up.status) => self.relay_json(index, up, admission, started_ms).await,
+            Ok(mut up) => {
+                let body = upstream::read_body(&mut up, timeouts.total_ms.min(budget_ms)).await.unwrap_or_default();
+                let retry_after = upstream::header(&up, "retry-after");
+                let err = providers::classify(deployment.provider, up.status, retry_after.as_deref(), &body);
+                let signals = signals_of(&up, err.retry_after_ms);
+                settle_failure(admission, &err, Some(TokenUsage::default()), signals).await;
+                Err(err)
+            }
+            Err(err) => {
+                settle_failure(admission, &err, None, UpstreamSignals::default()).await;
+                Err(err)
+            }
+        }
+    }
+
+    /// Where the cache keeps this request's answer, if it may.
+    fn cache_store(&self) -> Option<(String, u32)> {
+        let cache = self.trip.cache.filter(|_| self.step.cacheable())?;
+        cache.key.clone().zip(cache.decision.store_ttl_s())
+    }
+
+    async fn relay_json(
+        &mut self,
+        index: usize,
+        mut up: UpstreamResponse,
+        admission: Admission,
+        started_ms: u64,
+    ) -> Result<Response, UpstreamError> {
+        let (id, deployment) = self.trip.chain[index];
+        let translated = match upstream::read_body(&mut up, deployment.timeouts.total_ms).await {
+            Ok(body) => self.step.translate(deployment, &body, now_ms()),
+            Err(e) => Err(e),
+        };
+        let signals = signals_of(&up, None);
+        let answer = match translated {
+            Ok(answer) => answer,
+            Err(err) => {
+                settle_failure(admission, &err, None, signals).await;
+                return Err(err);
+            }
+        };
+        let usage = answer.usage.as_ref().map(admission::token_usage);
+        self.ctx.wait_until(admission.settle(admission::outcome_for(None, None), usage, signals));
+        self.scopes.settle(self.ctx, usage);
+        let record = Attempt::succeeded(id, deployment, answer.usage, started_ms, now_ms(), None);
+        self.trip.outcome.attempts.push(record);
+        if let Some((key, ttl_s)) = self.cache_store() {
+            if serde_json::from_str::<serde_json::Value>(&answer.body).is_ok_and(|v| policy::storable(&v)) {
+                let cached = CachedAnswer::new(answer.body.clone(), answer.usage, id.to_string(), now_ms(), ttl_s);
+                self.ctx.wait_until(CacheUse::store(key, cached, self.trip.rc.env.clone()));
+            }
+        }
+        io::json_response(200, answer.body.into_bytes()).map_err(|e| internal(e.message))
+    }
+
+    async fn relay_stream(
+        &mut self,
+        index: usize,
+        up: UpstreamResponse,
+        admission: Admission,
+        started_ms: u64,
+    ) -> Result<Response, UpstreamError> {
+        let (id, deployment) = self.trip.chain[index];
+        let scopes = self.scopes.clone();
+        let attempt = StreamAttempt { id, deployment, started_ms, admission, scopes };
+        let after = AfterStream {
+            outcome: self.trip.outcome.clone(),
+            cache_store: self.cache_store(),
+            env: self.trip.rc.env.clone(),
+        };
+        let translator = self.step.stream(deployment, now_ms());
+        let live = stream::start(up, attempt, translator, after, self.ctx).await?;
+        io::sse_response(live.into_stream()).map_err(|e| internal(e.message))
+    }
+
+    /// The served answer with the gateway's headers; a JSON answer's usage event leaves now, a
+    /// stream's when it ends.
+    fn answer(mut self, served: Served, soft_budget: bool) -> Response {
+        let Served { mut response, index, remaining } = served;
+        let (id, deployment) = self.trip.chain[index];
+        self.log.served(id);
+        let fallback = self.log.fell_back();
+        self.log.emit();
+        let headers = response.headers_mut();
+        let _ = headers.set("x-gateway-fallback", if fallback { "true" } else { "false" });
+        if let Some(cache) = self.trip.cache {
+            let _ = headers.set("x-gateway-cache", &cache.miss_label());
+        }
+        let attempts = self.planner.attempts() as usize;
+        let mut response = with_route_headers(response, self.trip.rc, id, deployment, attempts);
+        set_remaining(&mut response, remaining);
+        budget::mark(&mut response, soft_budget);
+        if !self.trip.stream {
+            report::finish(self.trip.outcome, self.ctx, self.env);
+        }
+        response
+    }
+
+    /// Nothing served: release or settle what the request holds, record it, and say why.
+    async fn give_up(mut self) -> Result<Response, ApiError> {
+        self.log.emit();
+        let last_error = self.planner.last_error();
+        self.scopes.finish_failed(self.ctx, self.planner.attempts() > 0, last_error).await;
+        let none = ApiError::unavailable(codes::NO_DEPLOYMENT_AVAILABLE, self.trip.unserved);
+        let api_error = self.planner.final_error(self.trip.logical_model, none);
+        self.trip.outcome.fail(&api_error);
+        report::finish(self.trip.outcome, self.ctx, self.env);
+        Err(api_error)
+    }
+}
+
+fn internal(message: String) -> UpstreamError {
+    UpstreamError { class: ErrorClass::ServerError, status: 0, message, retry_after_ms: None, vendor_code: None }
+}

@@ -1,0 +1,249 @@
+//! A streamed answer: read upstream until the client's first bytes exist (a failure before then
+//! may still fall back), then relay chunk by chunk with an idle timeout. When the stream ends,
+//! in `ctx.wait_until`: settle with the limiters, store the answer in the cache if it may be
+//! kept, and send the usage event. A stream cut part-way ends with a well-formed error event and
+//! its usage event carries the error code.
+
+use crate::cache::assembly::StreamAssembler;
+use crate::cache::policy::{self, CachedAnswer};
+use crate::cache::store::CacheUse;
+use crate::canonical::usage::Usage;
+use crate::config::routes::Deployment;
+use crate::limits::admission::{self, Admission, Scopes};
+use crate::pipeline::attempt::{settle_failure, signals_of};
+use crate::pipeline::report;
+use crate::pipeline::step::ClientStream;
+use crate::pipeline::upstream::{self, AbortHandle, UpstreamResponse};
+use crate::providers::{ErrorClass, StreamEnd, UpstreamError};
+use crate::support::clock::now_ms;
+use crate::usage::record::{Attempt, RequestOutcome};
+use futures::channel::oneshot;
+use limiter::protocol::UpstreamSignals;
+use worker::{ByteStream, Context, Env};
+
+/// One admitted attempt whose upstream answered 2xx, with what the request holds at its key
+/// and tenant (settled with it when the stream ends).
+pub struct StreamAttempt<'a> {
+    pub id: &'a str,
+    pub deployment: &'a Deployment,
+    pub started_ms: u64,
+    pub admission: Admission,
+    pub scopes: Scopes,
+}
+
+/// What happens after the stream: its record and, when the cache may keep it, where.
+pub struct AfterStream {
+    pub outcome: RequestOutcome,
+    pub cache_store: Option<(String, u32)>,
+    pub env: Env,
+}
+
+/// Reads upstream until the first bytes for the client exist; returns the client's stream body.
+pub async fn start(
+    mut up: UpstreamResponse,
+    attempt: StreamAttempt<'_>,
+    mut translator: Box<dyn ClientStream>,
+    after: AfterStream,
+    ctx: &Context,
+) -> Result<LiveStream, UpstreamError> {
+    let signals = signals_of(&up, None);
+    let mut body = match upstream::body_stream(&mut up) {
+        Ok(b) => b,
+        Err(e) => return early(e, attempt.admission, signals).await,
+    };
+    let mut first = Vec::new();
+    while !translator.emitted_any() {
+        let failure = match upstream::next_chunk(&mut body, attempt.deployment.timeouts.first_token_ms).await {
+            Ok(Some(bytes)) => translator.feed(&bytes, &mut first),
+            Ok(None) => Some(UpstreamError::empty_response(up.status, "upstream stream ended before any content")),
+            Err(e) => Some(e),
+        };
+        if let Some(err) = failure {
+            up.abort.abort();
+            return early(err, attempt.admission, signals).await;
+        }
+    }
+    let first_byte_ms = now_ms();
+    let (tx, rx) = oneshot::channel::<StreamReport>();
+    // Only a stream the cache may keep is rebuilt into a completion as it passes.
+    let assembler = after.cache_store.as_ref().map(|_| {
+        let mut a = StreamAssembler::new();
+        a.feed(&first);
+        a
+    });
+    let idle_ms = attempt.deployment.timeouts.idle_ms;
+    let settlement = Settlement {
+        deployment_id: attempt.id.to_string(),
+        deployment: attempt.deployment.clone(),
+        started_ms: attempt.started_ms,
+        first_byte_ms,
+        admission: attempt.admission,
+        scopes: attempt.scopes,
+        signals,
+        after,
+    };
+    ctx.wait_until(settlement.run(rx));
+    let abort = up.abort;
+    Ok(LiveStream {
+        body,
+        translator,
+        idle_ms,
+        pending: Some(first),
+        finished: false,
+        report: Some(tx),
+        abort,
+        assembler,
+    })
+}
+
+async fn early(
+    err: UpstreamError,
+    admission: Admission,
+    signals: UpstreamSignals,
+) -> Result<LiveStream, UpstreamError> {
+    settle_failure(admission, &err, None, signals).await;
+    Err(err)
+}
+
+/// What is settled once the stream is over.
+struct Settlement {
+    deployment_id: String,
+    deployment: Deployment,
+    started_ms: u64,
+    first_byte_ms: u64,
+    admission: Admission,
+    scopes: Scopes,
+    signals: UpstreamSignals,
+    after: AfterStream,
+}
+
+impl Settlement {
+    /// After the last byte (or the client leaving): cache, limiter settles, usage event.
+    async fn run(self, rx: oneshot::Receiver<StreamReport>) {
+        let report = rx.await.unwrap_or(StreamReport { usage: None, error: None, disconnected: true, assembled: None });
+        let AfterStream { mut outcome, cache_store, env } = self.after;
+        if let (Some(body), Some((key, ttl_s))) = (report.assembled.clone(), cache_store) {
+            if serde_json::from_str::<serde_json::Value>(&body).is_ok_and(|v| policy::storable(&v)) {
+                let answer = CachedAnswer::new(body, report.usage, self.deployment_id.clone(), now_ms(), ttl_s);
+                CacheUse::store(key, answer, env.clone()).await;
+            }
+        }
+        let (id, dep) = (&self.deployment_id, &self.deployment);
+        let mut record = Attempt::succeeded(id, dep, report.usage, self.started_ms, now_ms(), Some(self.first_byte_ms));
+        let class = report.error.as_ref().map(|e| e.class);
+        if report.disconnected {
+            record.status = 499;
+            record.error_class = Some("client_disconnected");
+        } else if let Some(err) = &report.error {
+            record.status = 502;
+            record.error_class = Some(err.class.as_str());
+            // The client already has a 200; the event still names what cut the stream.
+            outcome.error_code = Some(err.to_stream_api_error().code);
+        }
+        // Partial usage is billed as reported; with none reported the estimate stays charged.
+        let usage = report.usage.as_ref().map(admission::token_usage);
+        self.admission.settle(admission::outcome_for(class, None), usage, self.signals).await;
+        self.scopes.settle_now(usage).await;
+        outcome.attempts.push(record);
+        report::finish_detached(outcome, &env).await;
+    }
+}
+
+struct StreamReport {
+    usage: Option<Usage>,
+    error: Option<UpstreamError>,
+    disconnected: bool,
+    /// The answer rebuilt for the cache, when the stream completed cleanly.
+    assembled: Option<String>,
+}
+
+/// The client-facing half of a stream; dropping it early (client gone) aborts upstream and reports.
+pub struct LiveStream {
+    body: ByteStream,
+    translator: Box<dyn ClientStream>,
+    idle_ms: u64,
+    pending: Option<Vec<u8>>,
+    finished: bool,
+    report: Option<oneshot::Sender<StreamReport>>,
+    abort: AbortHandle,
+    assembler: Option<StreamAssembler>,
+}
+
+impl LiveStream {
+    fn end(&mut self, error: Option<UpstreamError>) {
+        self.finished = true;
+        let assembled = if error.is_none() { self.assembler.take().and_then(StreamAssembler::finish) } else { None };
+        if let Some(tx) = self.report.take() {
+            let _ = tx.send(StreamReport { usage: self.translator.usage(), error, disconnected: false, assembled });
+        }
+    }
+
+    fn assemble(&mut self, out: &[u8]) {
+        if let Some(a) = self.assembler.as_mut() {
+            a.feed(out);
+        }
+    }
+
+    fn fail(&mut self, err: UpstreamError, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.translator.error_event(&err.to_stream_api_error()));
+        self.end(Some(err));
+    }
+
+    /// The next bytes for the client, or `None` once the stream is over.
+    async fn next_out(&mut self) -> Option<Vec<u8>> {
+        if let Some(first) = self.pending.take() {
+            return Some(first);
+        }
+        while !self.finished {
+            let mut out = Vec::new();
+            match upstream::next_chunk(&mut self.body, self.idle_ms).await {
+                Ok(Some(bytes)) => {
+                    let failed = self.translator.feed(&bytes, &mut out);
+                    self.assemble(&out);
+                    if let Some(err) = failed {
+                        self.fail(err, &mut out);
+                    }
+                }
+                Ok(None) => match self.translator.finish(&mut out) {
+                    StreamEnd::Complete => {
+                        self.assemble(&out);
+                        self.end(None)
+                    }
+                    StreamEnd::Truncated => self.fail(truncated(), &mut out),
+                },
+                Err(err) => {
+                    self.abort.abort();
+                    self.fail(err, &mut out);
+                }
+            }
+            if !out.is_empty() {
+                return Some(out);
+            }
+        }
+        None
+    }
+
+    pub fn into_stream(self) -> impl futures::Stream<Item = worker::Result<Vec<u8>>> {
+        futures::stream::unfold(self, |mut s| async move { s.next_out().await.map(|out| (Ok(out), s)) })
+    }
+}
+
+fn truncated() -> UpstreamError {
+    UpstreamError {
+        class: ErrorClass::Connection,
+        status: 200,
+        message: "upstream stream ended before it was complete".into(),
+        retry_after_ms: None,
+        vendor_code: Some("stream_truncated".into()),
+    }
+}
+
+impl Drop for LiveStream {
+    fn drop(&mut self) {
+        if let Some(tx) = self.report.take() {
+            self.abort.abort();
+            let usage = self.translator.usage();
+            let _ = tx.send(StreamReport { usage, error: None, disconnected: true, assembled: None });
+        }
+    }
+}

@@ -1,0 +1,5 @@
+//! What every layer may use: structured logs, redaction, the one clock.
+
+pub mod clock;
+pub mod log;
+pub mod redact;

@@ -1,0 +1,9 @@
+//! Usage: what one request cost, from the token estimate a reservation uses to the usage event
+//! analysts read in R2.
+
+pub mod estimate;
+pub mod event;
+pub mod export;
+pub mod queue;
+pub mod record;
+pub mod tags;

@@ -1,0 +1,163 @@
+//! The usage pipeline's platform side: sending events to the usage queue, and the queue consumer that stores them in R2 as NDJSON.
+
+use crate::usage::event::UsageEvent;
+use crate::usage::export::{self, ExportObject};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::Duration;
+use worker::wasm_bindgen::JsValue;
+use worker::{
+    BatchMessageBuilder, Bucket, Delay, Env, HttpMetadata, MessageBatch, MessageBuilder, MessageExt, QueueContentType,
+    QueueRetryOptionsBuilder,
+};
+
+pub const QUEUE_BINDING: &str = "USAGE_QUEUE";
+pub const BUCKET_BINDING: &str = "USAGE_BUCKET";
+/// Tries per send and per R2 write; waits between them grow 4× from the first delay.
+const SEND_TRIES: u32 = 4;
+const SEND_FIRST_DELAY_MS: u64 = 100;
+const PUT_TRIES: u32 = 3;
+const PUT_FIRST_DELAY_MS: u64 = 200;
+/// Redelivery delay after a failed write: with the queue's 10 retries, rides out ~5 minutes of R2 trouble.
+const REDELIVERY_DELAY_S: u32 = 30;
+
+/// Events of concurrent requests in this isolate leave together: the first waits this long for
+/// company, then one `sendBatch` carries them all (one queue call instead of one per request).
+const BATCH_WINDOW_MS: u64 = 20;
+/// Cloudflare Queues accept at most 100 messages per `sendBatch`.
+const MAX_BATCH: usize = 100;
+
+type Lines = Rc<RefCell<Vec<String>>>;
+
+thread_local! {
+    static OPEN: RefCell<Option<Lines>> = const { RefCell::new(None) };
+}
+
+/// Sends one event. The request that opens a batch sends it, inside its own `wait_until`, after
+/// the window; requests that join only add their line. Nobody awaits another request's I/O: in
+/// Workers a promise resolved from another request's context is a hang. A batch that keeps
+/// failing is logged event by event so nothing is silently dropped.
+pub async fn send(env: &Env, event: &UsageEvent) {
+    let line = match serde_json::to_string(event) {
+        Ok(line) => line,
+        Err(e) => {
+            crate::support::log::error(
+                serde_json::json!({"event": "usage_send_failed", "error": e.to_string(), "usage": event}),
+            );
+            return;
+        }
+    };
+    let opened = OPEN.with(|open| {
+        let mut open = open.borrow_mut();
+        if let Some(lines) = open.as_ref() {
+            if lines.borrow().len() < MAX_BATCH {
+                lines.borrow_mut().push(line.clone());
+                return None;
+            }
+        }
+        let lines: Lines = Rc::new(RefCell::new(vec![line.clone()]));
+        *open = Some(lines.clone());
+        Some(lines)
+    });
+    if let Some(lines) = opened {
+        flush(env.clone(), lines).await;
+    }
+}
+
+async fn flush(env: Env, lines: Lines) {
+    Delay::from(Duration::from_millis(BATCH_WINDOW_MS)).await;
+    // Close this batch before sending: events from now on start the next one.
+    OPEN.with(|open| {
+        let mut open = open.borrow_mut();
+        if open.as_ref().is_some_and(|open| Rc::ptr_eq(open, &lines)) {
+            *open = None;
+        }
+    });
+    let lines = std::mem::take(&mut *lines.borrow_mut());
+    let mut error = String::new();
+    for attempt in 0..SEND_TRIES {
+        if attempt > 0 {
+            Delay::from(Duration::from_millis(SEND_FIRST_DELAY_MS * 4u64.pow(attempt - 1))).await;
+        }
+        match send_batch_once(&env, &lines).await {
+            Ok(()) => return,
+            Err(e) => error = e,
+        }
+    }
+    for line in &lines {
+        let usage: serde_json::Value = serde_json::from_str(line).unwrap_or(serde_json::Value::Null);
+        crate::support::log::error(
+            serde_json::json!({"event": "usage_send_failed", "error": error, "tries": SEND_TRIES, "usage": usage}),
+        );
+    }
+}
+
+async fn send_batch_once(env: &Env, lines: &[String]) -> Result<(), String> {
+    let queue = env.queue(QUEUE_BINDING).map_err(|e| format!("queue binding {QUEUE_BINDING}: {e}"))?;
+    // Text, not structured objects: the consumer stores the producer's bytes as they are.
+    let batch = BatchMessageBuilder::new()
+        .messages(lines.iter().map(|l| MessageBuilder::new(l.clone()).content_type(QueueContentType::Text).build()))
+        .build();
+    queue.send_batch(batch).await.map_err(|e| e.to_string())
+}
+
+/// Stores a batch as one NDJSON object per partition; acks a message only once its object is in
+/// R2, and marks the rest for redelivery.
+pub async fn consume(batch: &MessageBatch<String>, env: &Env) {
+    let messages: Vec<_> = batch.raw_iter().collect();
+    let bodies: Vec<Option<String>> = messages.iter().map(|m| text_of(&m.body())).collect();
+    let plan = export::plan(&bodies);
+    for r in &plan.rejected {
+        crate::support::log::error(
+            serde_json::json!({"event": "usage_message_rejected", "reason": r.reason, "body": bodies[r.index]}),
+        );
+        messages[r.index].ack();
+    }
+    let bucket = match env.bucket(BUCKET_BINDING) {
+        Ok(b) => b,
+        Err(e) => {
+            crate::support::log::error(serde_json::json!({"event": "usage_export_failed", "error": e.to_string()}));
+            let later = QueueRetryOptionsBuilder::new().with_delay_seconds(REDELIVERY_DELAY_S).build();
+            plan.objects.iter().flat_map(|o| &o.members).for_each(|&i| messages[i].retry_with_options(&later));
+            return;
+        }
+    };
+    for object in &plan.objects {
+        match put(&bucket, object).await {
+            Ok(()) => object.members.iter().for_each(|&i| messages[i].ack()),
+            Err(error) => {
+                crate::support::log::error(
+                    serde_json::json!({"event": "usage_export_failed", "key": object.key, "events": object.events, "error": error}),
+                );
+                let later = QueueRetryOptionsBuilder::new().with_delay_seconds(REDELIVERY_DELAY_S).build();
+                object.members.iter().for_each(|&i| messages[i].retry_with_options(&later));
+            }
+        }
+    }
+}
+
+fn text_of(body: &JsValue) -> Option<String> {
+    body.as_string().or_else(|| worker::js_sys::JSON::stringify(body).ok().and_then(|s| s.as_string()))
+}
+
+async fn put(bucket: &Bucket, object: &ExportObject) -> Result<(), String> {
+    let mut error = String::new();
+    for attempt in 0..PUT_TRIES {
+        if attempt > 0 {
+            Delay::from(Duration::from_millis(PUT_FIRST_DELAY_MS * 4u64.pow(attempt - 1))).await;
+        }
+        let metadata = HttpMetadata { content_type: Some(export::CONTENT_TYPE.to_string()), ..HttpMetadata::default() };
+        let result = bucket
+            .put(object.key.clone(), object.body.clone().into_bytes())
+            .http_metadata(metadata)
+            .custom_metadata(HashMap::from([("events".to_string(), object.events.to_string())]))
+            .execute()
+            .await;
+        match result {
+            Ok(_) => return Ok(()),
+            Err(e) => error = e.to_string(),
+        }
+    }
+    Err(error)
+}
