@@ -6,6 +6,10 @@ use worker::{Request, Response, ResponseBuilder};
 
 /// Largest request body accepted; image-bearing chat requests can be several MiB.
 pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+/// A body declared larger than the limit but under this is read and dropped before the 413, so
+/// the client, still writing, reads the answer instead of a connection reset; past it, closing
+/// is cheaper than reading.
+const MAX_DRAINED_BYTES: usize = 4 * MAX_BODY_BYTES;
 
 pub fn json_response(status: u16, body: Vec<u8>) -> Result<Response, ApiError> {
     ResponseBuilder::new()
@@ -48,10 +52,20 @@ where
         .map_err(|e| ApiError::internal(e.to_string()))
 }
 
+async fn drain(req: &mut Request) {
+    use futures::StreamExt;
+    if let Ok(mut body) = req.stream() {
+        while let Some(Ok(_)) = body.next().await {}
+    }
+}
+
 /// Reads the body, refusing anything over `MAX_BODY_BYTES` (by header first, then by size).
 pub async fn read_body(req: &mut Request) -> Result<Vec<u8>, ApiError> {
     let declared = req.headers().get("content-length").ok().flatten().and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > MAX_BODY_BYTES) {
+    if let Some(n) = declared.filter(|n| *n > MAX_BODY_BYTES) {
+        if n <= MAX_DRAINED_BYTES {
+            drain(req).await;
+        }
         return Err(ApiError::body_too_large(MAX_BODY_BYTES));
     }
     let body = req.bytes().await.map_err(|e| ApiError::invalid_request(codes::UNREADABLE_BODY, e.to_string()))?;

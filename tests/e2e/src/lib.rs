@@ -1,5 +1,6 @@
-//! Harness for end-to-end tests: starts the mock vendor and `wrangler dev` on free ports with
-//! isolated local state, seeds KV, and stops both when the test process exits.
+//! Harness for end-to-end tests: starts the mock vendor and the built worker under Miniflare
+//! (workerd, `tests/e2e/runtime.cjs`) on free ports with isolated local state, seeds KV, and
+//! stops both when the test process exits. `scripts/dev` (wrangler dev) has its own test.
 
 pub mod client;
 
@@ -37,6 +38,8 @@ pub struct Stack {
     pub mock: String,
     pub root: PathBuf,
     pub state: PathBuf,
+    /// The runtime's control port: KV writes through the running gateway's own storage.
+    control: String,
     // Closing these pipes (at process exit) makes the wrappers kill their process groups.
     _guards: Mutex<Vec<(Child, ChildStdin)>>,
 }
@@ -153,25 +156,23 @@ fn start() -> Stack {
     let env_file = run_dir.join("dev.vars");
     std::fs::copy(root.join("dev/dev.vars"), &env_file).expect("dev vars");
     let port = free_port();
-    let inspector = free_port();
-    let gateway_log = run_dir.join("wrangler.log");
+    let control = free_port();
+    let gateway_log = run_dir.join("gateway.log");
     let cmd = format!(
-        "'{}/node_modules/.bin/wrangler' dev --config '{}' --ip 127.0.0.1 --port {port} --inspector-port {inspector} \
-         --persist-to '{}' --env-file '{}' --log-level {} --show-interactive-dev-session=false",
-        root.display(),
+        "node tests/e2e/runtime.cjs '{}' '{}' '{}' {port} {control}",
         config.display(),
-        state.display(),
         env_file.display(),
-        // E2E_WRANGLER_LOG_LEVEL=debug shows wrangler's reloads and proxy errors in the run's wrangler.log.
-        std::env::var("E2E_WRANGLER_LOG_LEVEL").unwrap_or_else(|_| "warn".into())
+        state.display()
     );
     let gateway = spawn_group(&format!("source scripts/lib/env.sh && {cmd}"), &root, &gateway_log);
     let gateway_url = format!("http://127.0.0.1:{port}");
+    // Generous: the first start compiles the wasm module, slow on a busy machine.
     if !wait_http(&format!("{gateway_url}/healthz"), Duration::from_secs(120)) {
         let log = std::fs::read_to_string(&gateway_log).unwrap_or_default();
-        panic!("wrangler dev did not answer within 120 s; its log:\n{log}");
+        panic!("the gateway (Miniflare) did not answer within 120 s; its log:\n{log}");
     }
-    Stack { gateway: gateway_url, mock: mock_url, root, state, _guards: Mutex::new(vec![mock, gateway]) }
+    let control = format!("http://127.0.0.1:{control}");
+    Stack { gateway: gateway_url, mock: mock_url, root, state, control, _guards: Mutex::new(vec![mock, gateway]) }
 }
 
 /// A copy of the built worker and a wrangler config without the build step, so the run tests
@@ -229,16 +230,12 @@ fn wrangler(root: &Path, args: &[&str], state: &Path, tail: &[&str]) {
 }
 
 impl Stack {
-    /// Writes one key into the running gateway's local KV (CONFIG namespace).
+    /// Writes one key into the running gateway's local KV (CONFIG namespace), as an admin's
+    /// `wrangler kv key put --local` would, through the runtime's own storage.
     pub fn put_config(&self, key: &str, value: &str) {
-        let file = self.state.join(format!("put-{}.json", free_port()));
-        std::fs::write(&file, serde_json::json!([{"key": key, "value": value}]).to_string()).expect("write");
-        wrangler(
-            &self.root,
-            &["kv", "bulk", "put", "--local", "--binding", "CONFIG"],
-            &self.state,
-            &[file.to_str().unwrap()],
-        );
+        let body = serde_json::json!([{"key": key, "value": value}]).to_string();
+        let reply = ureq::post(&format!("{}/kv/CONFIG", self.control)).send_string(&body);
+        assert!(reply.is_ok(), "KV write through the runtime failed: {reply:?}");
     }
 
     /// How many requests the mock received for a model string.
