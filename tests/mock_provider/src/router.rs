@@ -17,7 +17,8 @@ pub fn route(state: &State, req: &Request) -> Response {
     let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
     let model = body.get("model").and_then(Value::as_str);
     let arrival = state.arrive(req, model);
-    let call = Call::new(req, body, arrival.number, arrival.scripted);
+    let mut call = Call::new(req, body, arrival.number, arrival.scripted);
+    call.prompt_cache = Some(&state.prompt_cache);
     let mut response = vendor_response(req, &call);
     if matches!(response.body, Body::Sse(_)) && response.timing.delay_ms == 0 {
         response.timing.delay_ms = state.stream_pace_ms;
