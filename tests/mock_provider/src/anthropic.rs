@@ -165,7 +165,7 @@ pub fn plan(call: &Call, f: &Faults) -> Plan {
     let max = body.get("max_tokens").and_then(Value::as_u64).map(|m| m.saturating_sub(thinking_tokens));
     let text = reply::compose(words, max, &reply::stop_list(body.get("stop_sequences")));
     let refusal = f.has(Key::ContentFilter);
-    let tool = match (&text.finish, refusal || answers_tool_result(body)) {
+    let tool = match (&text.finish, refusal || called_a_tool(body)) {
         (Finish::Complete, false) => chosen_tool(body).map(|(name, schema)| ToolUse {
             id: reply::id("toolu_"),
             name,
@@ -197,12 +197,14 @@ pub fn plan(call: &Call, f: &Faults) -> Plan {
     Plan { id: reply::id("msg_"), model: call.model.clone(), thinking, text, tool, stop_reason, stop_sequence, usage }
 }
 
-/// After a tool result the model answers in text, so an agent's loop ends.
-fn answers_tool_result(body: &Value) -> bool {
-    let Some(last) = body.get("messages").and_then(Value::as_array).and_then(|m| m.last()) else { return false };
-    let blocks = last.get("content").and_then(Value::as_array).into_iter().flatten();
-    last.get("role").and_then(Value::as_str) == Some("user")
-        && blocks.into_iter().any(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
+/// One tool call per conversation: once the history holds a `tool_use`, the model answers in
+/// text, so an agent's loop (tool results, subagent reports, reminders) ends.
+fn called_a_tool(body: &Value) -> bool {
+    let messages = body.get("messages").and_then(Value::as_array).into_iter().flatten();
+    messages.filter(|m| m.get("role").and_then(Value::as_str) == Some("assistant")).any(|m| {
+        let blocks = m.get("content").and_then(Value::as_array).into_iter().flatten();
+        blocks.into_iter().any(|b| b.get("type").and_then(Value::as_str) == Some("tool_use"))
+    })
 }
 
 /// `{"type":"tool","name":…}` picks a tool, `{"type":"none"}` disables them, else the first.
@@ -629,9 +631,13 @@ mod tests {
             {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}}]},
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"}]}
         ]});
-        let v = message(&plan_for(body));
+        let v = message(&plan_for(body.clone()));
         assert_eq!(v["stop_reason"], "end_turn");
         assert_eq!(v["content"].as_array().unwrap().len(), 1);
+        // An agent's later turns (a subagent's report, a reminder) get text too: one tool call per conversation.
+        let mut later = body;
+        later["messages"].as_array_mut().unwrap().push(json!({"role": "user", "content": "report: done"}));
+        assert_eq!(message(&plan_for(later))["stop_reason"], "end_turn");
     }
 
     #[test]
