@@ -12,6 +12,8 @@ pub fn route(state: &State, req: &Request) -> Response {
         return admin::handle(state, req);
     }
     if !req.path.starts_with("/v1/") {
+        // Recorded too, so a client's probes outside the API (an agent's update or OAuth checks) show up.
+        state.arrive(req, None);
         return openai::not_found(req);
     }
     let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
