@@ -13,6 +13,7 @@ mod openai;
 mod prompt_cache;
 mod ratelimit;
 mod reply;
+mod responses;
 mod router;
 mod server;
 mod sse;

@@ -4,7 +4,7 @@ use crate::counters::State;
 use crate::http::Request;
 use crate::http::{Body, Response};
 use crate::vendor::{self, Api, Call};
-use crate::{admin, anthropic, embeddings, models, openai};
+use crate::{admin, anthropic, embeddings, models, openai, responses};
 use serde_json::Value;
 
 pub fn route(state: &State, req: &Request) -> Response {
@@ -31,6 +31,7 @@ pub fn route(state: &State, req: &Request) -> Response {
 fn vendor_response(req: &Request, call: &Call) -> Response {
     match (req.method.as_str(), req.path.as_str()) {
         ("POST", "/v1/chat/completions") => vendor::respond(Api::OpenAi, call, openai::chat),
+        ("POST", "/v1/responses") => vendor::respond(Api::OpenAi, call, responses::create),
         ("POST", "/v1/embeddings") => vendor::respond(Api::OpenAi, call, embeddings::create),
         ("POST", "/v1/messages") => vendor::respond(Api::Anthropic, call, anthropic::messages),
         ("POST", "/v1/messages/count_tokens") => vendor::respond(Api::Anthropic, call, anthropic::count_tokens),
