@@ -625,3 +625,33 @@ fn anthropic_prompt_cache_thinking_replay_and_raw_bodies() {
         .sum::<u64>();
     assert_eq!(counted["input_tokens"], sum);
 }
+
+#[test]
+fn responses_stream_and_error_after() {
+    let s = Server::start();
+    let body = json!({"model": "gpt-x+words=3", "input": "Hi", "stream": true, "store": false});
+    let r = s.call("POST", "/v1/responses", OPENAI, Some(&body));
+    assert_eq!((r.status, r.header("content-type")), (200, Some("text/event-stream")));
+    assert!(r.complete);
+    let events = r.events();
+    let data: Vec<Value> = events.iter().map(|(_, d)| serde_json::from_str(d).unwrap()).collect();
+    for (i, ((name, _), d)) in events.iter().zip(&data).enumerate() {
+        assert_eq!((d["type"].as_str(), d["sequence_number"].as_u64()), (Some(name.as_str()), Some(i as u64)));
+    }
+    let text: String = data
+        .iter()
+        .filter(|d| d["type"] == "response.output_text.delta")
+        .map(|d| d["delta"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(text, "Hello from gpt-x:");
+    let done = &data.last().unwrap()["response"];
+    assert_eq!((done["status"].as_str(), done["store"].as_bool()), (Some("completed"), Some(false)));
+    assert_eq!(done["usage"]["output_tokens"], 3);
+
+    let failing = json!({"model": "gpt-x+error_after=1", "input": "Hi", "stream": true});
+    let events = s.call("POST", "/v1/responses", OPENAI, Some(&failing)).events();
+    let (name, last) = events.last().unwrap();
+    assert_eq!(name, "error");
+    assert_eq!(serde_json::from_str::<Value>(last).unwrap()["code"], "server_error");
+    assert_eq!(s.call("POST", "/v1/responses", &[], Some(&body)).status, 401);
+}
