@@ -150,7 +150,10 @@ fn validate(call: &Call) -> Option<Response> {
     if !call.body.get("max_tokens").is_some_and(Value::is_u64) {
         return Some(invalid(call, "max_tokens: Field required"));
     }
-    if let Some(message) = thinking::request_error(&call.body).or_else(|| thinking::replay_error(&call.body)) {
+    if let Some(message) = thinking::request_error(&call.body)
+        .or_else(|| thinking::replay_error(&call.body))
+        .or_else(|| thinking::missing_block_error(&call.body))
+    {
         return Some(invalid(call, &message));
     }
     None

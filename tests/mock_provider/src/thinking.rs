@@ -135,6 +135,32 @@ pub fn replay_error(body: &Value) -> Option<String> {
     None
 }
 
+/// With thinking on, the assistant turn that a trailing `tool_result` answers must start with a
+/// thinking block, as Anthropic requires; a proxy that drops thinking blocks fails here.
+pub fn missing_block_error(body: &Value) -> Option<String> {
+    requested(body)?;
+    let messages = body.get("messages")?.as_array()?;
+    let [.., assistant, last] = messages.as_slice() else { return None };
+    let is_result = |b: &Value| b.get("type").and_then(Value::as_str) == Some("tool_result");
+    let answers_tool = last.get("role").and_then(Value::as_str) == Some("user")
+        && last.get("content").and_then(Value::as_array).is_some_and(|c| c.iter().any(is_result))
+        && assistant.get("role").and_then(Value::as_str) == Some("assistant");
+    if !answers_tool {
+        return None;
+    }
+    let found = match assistant.get("content") {
+        Some(Value::Array(blocks)) => {
+            blocks.first().and_then(|b| b.get("type")).and_then(Value::as_str).unwrap_or("nothing")
+        }
+        _ => "text",
+    };
+    if matches!(found, "thinking" | "redacted_thinking") {
+        return None;
+    }
+    let i = messages.len() - 2;
+    Some(format!("messages.{i}.content.0.type: Expected `thinking` or `redacted_thinking`, but found `{found}`. When `thinking` is enabled, a final `assistant` message must start with a thinking block (preceeding the lastmost set of `tool_use` and `tool_result` blocks). We recommend you include thinking blocks from previous turns. To avoid this requirement, disable `thinking`. Please consult our documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking"))
+}
+
 fn tag(full: &[u8; 16], shown: &str) -> [u8; 16] {
     digest(&[SECRET, full, shown.as_bytes()])
 }
@@ -218,6 +244,31 @@ mod tests {
             replay_error(&body(unsigned)).as_deref(),
             Some("messages.1.content.0.thinking.signature: Field required")
         );
+    }
+
+    #[test]
+    fn tool_turn_must_keep_its_thinking_block() {
+        let t = compose("m", 1, Display::Omitted);
+        let tool_use = json!({"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}});
+        let body = |assistant: Value| {
+            json!({"thinking": {"type": "enabled", "budget_tokens": 2000}, "messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": assistant},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}]}
+            ]})
+        };
+        let kept = json!([{"type": "thinking", "thinking": "", "signature": t.signature}, tool_use.clone()]);
+        assert_eq!(missing_block_error(&body(kept)), None);
+        let stripped = missing_block_error(&body(json!([tool_use.clone()]))).unwrap();
+        assert!(
+            stripped.starts_with(
+                "messages.1.content.0.type: Expected `thinking` or `redacted_thinking`, but found `tool_use`."
+            ),
+            "{stripped}"
+        );
+        let mut off = body(json!([tool_use]));
+        off["thinking"] = json!({"type": "disabled"});
+        assert_eq!(missing_block_error(&off), None, "only when thinking is on");
     }
 
     #[test]
