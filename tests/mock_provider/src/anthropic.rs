@@ -81,28 +81,19 @@ pub struct Usage {
 }
 
 impl Usage {
-    fn cache_fields(&self) -> Value {
+    /// `output` is 1 in `message_start`, as Anthropic sends it, and the total elsewhere.
+    fn to_json(&self, output: u64) -> Value {
         json!({
+            "input_tokens": self.input,
             "cache_creation_input_tokens": self.cache.write(),
             "cache_read_input_tokens": self.cache.read,
             "cache_creation": {
                 "ephemeral_5m_input_tokens": self.cache.write_5m,
                 "ephemeral_1h_input_tokens": self.cache.write_1h
-            }
+            },
+            "output_tokens": output,
+            "service_tier": "standard"
         })
-    }
-
-    fn to_json(&self, output: u64) -> Value {
-        let mut v = json!({"input_tokens": self.input});
-        merge(&mut v, self.cache_fields());
-        merge(&mut v, json!({"output_tokens": output, "service_tier": "standard"}));
-        v
-    }
-}
-
-fn merge(into: &mut Value, from: Value) {
-    if let (Some(a), Value::Object(b)) = (into.as_object_mut(), from) {
-        a.extend(b);
     }
 }
 
