@@ -2,8 +2,10 @@
 
 use crate::fault::{Faults, Key};
 use crate::http::Response;
+use crate::prompt_cache::{self, CacheUsage};
 use crate::reply::{self, Finish, Text};
 use crate::sse::{Sse, SseEvent};
+use crate::thinking::{self, Thinking};
 use crate::tokens;
 use crate::vendor::Call;
 use serde_json::{json, Value};
@@ -75,14 +77,31 @@ pub struct ToolUse {
 pub struct Usage {
     pub input: u64,
     pub output: u64,
-    pub cache_write: u64,
-    pub cache_read: u64,
+    pub cache: CacheUsage,
+}
+
+impl Usage {
+    /// `output` is 1 in `message_start`, as Anthropic sends it, and the total elsewhere.
+    fn to_json(&self, output: u64) -> Value {
+        json!({
+            "input_tokens": self.input,
+            "cache_creation_input_tokens": self.cache.write(),
+            "cache_read_input_tokens": self.cache.read,
+            "cache_creation": {
+                "ephemeral_5m_input_tokens": self.cache.write_5m,
+                "ephemeral_1h_input_tokens": self.cache.write_1h
+            },
+            "output_tokens": output,
+            "service_tier": "standard"
+        })
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Plan {
     pub id: String,
     pub model: String,
+    pub thinking: Option<Thinking>,
     pub text: Text,
     pub tool: Option<ToolUse>,
     pub stop_reason: &'static str,
@@ -101,9 +120,13 @@ pub fn messages(call: &Call, f: &Faults) -> Response {
     Response::json(200, &message(&plan))
 }
 
+/// The same rule as a message's usage: `input_tokens` + cache reads + cache writes there.
 pub fn count_tokens(call: &Call, _: &Faults) -> Response {
     if call.model.is_empty() {
         return invalid(call, "model: Field required");
+    }
+    if !call.body.get("messages").is_some_and(Value::is_array) {
+        return invalid(call, "messages: Field required");
     }
     Response::json(200, &json!({"input_tokens": tokens::prompt_tokens(&call.body)}))
 }
@@ -118,6 +141,12 @@ fn validate(call: &Call) -> Option<Response> {
     if !call.body.get("max_tokens").is_some_and(Value::is_u64) {
         return Some(invalid(call, "max_tokens: Field required"));
     }
+    if let Some(message) = thinking::request_error(&call.body)
+        .or_else(|| thinking::replay_error(&call.body))
+        .or_else(|| thinking::missing_block_error(&call.body))
+    {
+        return Some(invalid(call, &message));
+    }
     None
 }
 
@@ -125,10 +154,12 @@ pub fn plan(call: &Call, f: &Faults) -> Plan {
     let body = &call.body;
     let count = f.get(Key::Words).map_or(reply::DEFAULT_WORDS, |w| w as usize);
     let words = reply::words(call.base_model(), call.number, count);
-    let max = body.get("max_tokens").and_then(Value::as_u64);
+    let thinking = thinking::requested(body).map(|d| thinking::compose(call.base_model(), call.number, d));
+    let thinking_tokens = thinking.as_ref().map_or(0, |t| t.tokens);
+    let max = body.get("max_tokens").and_then(Value::as_u64).map(|m| m.saturating_sub(thinking_tokens));
     let text = reply::compose(words, max, &reply::stop_list(body.get("stop_sequences")));
     let refusal = f.has(Key::ContentFilter);
-    let tool = match (&text.finish, refusal) {
+    let tool = match (&text.finish, refusal || called_a_tool(body)) {
         (Finish::Complete, false) => chosen_tool(body).map(|(name, schema)| ToolUse {
             id: reply::id("toolu_"),
             name,
@@ -143,14 +174,31 @@ pub fn plan(call: &Call, f: &Faults) -> Plan {
         (Finish::Complete, _) if tool.is_some() => ("tool_use", None),
         (Finish::Complete, _) => ("end_turn", None),
     };
-    let output = text.tokens() + tool.as_ref().map_or(0, |t| tokens::tool_tokens(&t.input_json));
-    let usage = (!f.has(Key::NoUsage)).then(|| Usage {
-        input: tokens::prompt_tokens(body),
-        output,
-        cache_write: f.get(Key::CacheWrite).unwrap_or(0),
-        cache_read: f.get(Key::Cached).unwrap_or(0),
+    let output = thinking_tokens + text.tokens() + tool.as_ref().map_or(0, |t| tokens::tool_tokens(&t.input_json));
+    let usage = (!f.has(Key::NoUsage)).then(|| {
+        let prompt = tokens::prompt_tokens(body);
+        if f.has(Key::Cached) || f.has(Key::CacheWrite) {
+            let cache = CacheUsage {
+                read: f.get(Key::Cached).unwrap_or(0),
+                write_5m: f.get(Key::CacheWrite).unwrap_or(0),
+                write_1h: 0,
+            };
+            return Usage { input: prompt, output, cache };
+        }
+        let cache = prompt_cache::account(body, call.base_model(), call.prompt_cache, reply::unix_ms());
+        Usage { input: prompt.saturating_sub(cache.read + cache.write()), output, cache }
     });
-    Plan { id: reply::id("msg_"), model: call.model.clone(), text, tool, stop_reason, stop_sequence, usage }
+    Plan { id: reply::id("msg_"), model: call.model.clone(), thinking, text, tool, stop_reason, stop_sequence, usage }
+}
+
+/// One tool call per conversation: once the history holds a `tool_use`, the model answers in
+/// text, so an agent's loop (tool results, subagent reports, reminders) ends.
+fn called_a_tool(body: &Value) -> bool {
+    let messages = body.get("messages").and_then(Value::as_array).into_iter().flatten();
+    messages.filter(|m| m.get("role").and_then(Value::as_str) == Some("assistant")).any(|m| {
+        let blocks = m.get("content").and_then(Value::as_array).into_iter().flatten();
+        blocks.into_iter().any(|b| b.get("type").and_then(Value::as_str) == Some("tool_use"))
+    })
 }
 
 /// `{"type":"tool","name":…}` picks a tool, `{"type":"none"}` disables them, else the first.
@@ -184,6 +232,9 @@ fn tool_block(t: &ToolUse, input: Value) -> Value {
 
 pub fn message(plan: &Plan) -> Value {
     let mut content = Vec::new();
+    if let Some(t) = &plan.thinking {
+        content.push(json!({"type": "thinking", "thinking": t.shown(), "signature": t.signature}));
+    }
     if has_text_block(plan) {
         content.push(json!({"type": "text", "text": plan.text.joined()}));
     }
@@ -201,12 +252,7 @@ pub fn message(plan: &Plan) -> Value {
         "stop_sequence": plan.stop_sequence
     });
     if let Some(u) = &plan.usage {
-        v["usage"] = json!({
-            "input_tokens": u.input,
-            "output_tokens": u.output,
-            "cache_creation_input_tokens": u.cache_write,
-            "cache_read_input_tokens": u.cache_read
-        });
+        v["usage"] = u.to_json(u.output);
     }
     v
 }
@@ -222,12 +268,7 @@ pub fn events(plan: &Plan) -> Vec<SseEvent> {
         "stop_sequence": null
     });
     if let Some(u) = &plan.usage {
-        start["usage"] = json!({
-            "input_tokens": u.input,
-            "cache_creation_input_tokens": u.cache_write,
-            "cache_read_input_tokens": u.cache_read,
-            "output_tokens": 1
-        });
+        start["usage"] = u.to_json(1);
     }
     let mut ev = vec![SseEvent::named("message_start", &json!({"type": "message_start", "message": start}), false)];
     let delta = |index: usize, delta: Value| {
@@ -244,9 +285,21 @@ pub fn events(plan: &Plan) -> Vec<SseEvent> {
     };
     let ping = SseEvent::named("ping", &json!({"type": "ping"}), false);
     let mut index = 0;
+    if let Some(t) = &plan.thinking {
+        ev.push(block_start(index, json!({"type": "thinking", "thinking": ""})));
+        ev.push(ping.clone());
+        for piece in &t.pieces {
+            ev.push(delta(index, json!({"type": "thinking_delta", "thinking": piece})));
+        }
+        ev.push(delta(index, json!({"type": "signature_delta", "signature": t.signature})));
+        ev.push(block_stop(index));
+        index += 1;
+    }
     if has_text_block(plan) {
         ev.push(block_start(index, json!({"type": "text", "text": ""})));
-        ev.push(ping.clone());
+        if index == 0 {
+            ev.push(ping.clone());
+        }
         for piece in &plan.text.pieces {
             ev.push(delta(index, json!({"type": "text_delta", "text": piece})));
         }
@@ -325,7 +378,8 @@ mod tests {
             "content": [{"type": "text", "text": "Hello from claude-x: this is reply number 2."}],
             "stop_reason": "end_turn", "stop_sequence": null,
             // "be brief" + "user" + "hello" = 17 chars = 5 tokens.
-            "usage": {"input_tokens": 5, "output_tokens": 8, "cache_creation_input_tokens": 7, "cache_read_input_tokens": 5}
+            "usage": {"input_tokens": 5, "output_tokens": 8, "cache_creation_input_tokens": 7, "cache_read_input_tokens": 5,
+                "cache_creation": {"ephemeral_5m_input_tokens": 7, "ephemeral_1h_input_tokens": 0}, "service_tier": "standard"}
         });
         assert_eq!(v, expected);
     }
@@ -478,5 +532,138 @@ mod tests {
             assert_eq!((s, e["type"].as_str()), (code, Some(kind)));
         }
         assert!(fault_error(&Faults::parse("content_filter", ',').unwrap(), &call).is_none());
+    }
+
+    fn thinking_body(display: Option<&str>, stream: bool) -> Value {
+        let mut thinking = json!({"type": "enabled", "budget_tokens": 31999});
+        if let Some(d) = display {
+            thinking["display"] = json!(d);
+        }
+        json!({"model": "claude-t", "max_tokens": 32000, "stream": stream, "thinking": thinking,
+            "messages": [{"role": "user", "content": "hi"}]})
+    }
+
+    fn send(body: &Value, cache: Option<&crate::prompt_cache::PromptCache>) -> Response {
+        let req = request(AUTH);
+        let mut call = Call::new(&req, body.clone(), 1, None);
+        call.prompt_cache = cache;
+        respond(Api::Anthropic, &call, messages)
+    }
+
+    #[test]
+    fn thinking_block_comes_first_with_a_signature() {
+        let v = send(&thinking_body(None, false), None).body_json().unwrap();
+        let block = &v["content"][0];
+        let text = "Reasoning about reply number 1 for claude-t before answering.";
+        assert_eq!((block["type"].as_str(), block["thinking"].as_str()), (Some("thinking"), Some(text)));
+        assert!(thinking::verify(block["signature"].as_str().unwrap(), text));
+        assert_eq!(v["content"][1]["type"], "text");
+        assert_eq!(v["usage"]["output_tokens"], 9 + 8, "thinking tokens are billed as output");
+        let omitted = send(&thinking_body(Some("omitted"), false), None).body_json().unwrap();
+        assert_eq!(omitted["content"][0]["thinking"], "");
+        assert!(thinking::verify(omitted["content"][0]["signature"].as_str().unwrap(), ""));
+        assert_eq!(omitted["usage"]["output_tokens"], 9 + 8, "omitted thinking is billed in full");
+    }
+
+    #[test]
+    fn thinking_stream_events() {
+        for display in [None, Some("omitted")] {
+            let p = plan_for(thinking_body(display, true));
+            let ev: Vec<(String, Value)> = events(&p).iter().map(parse).collect();
+            assert_eq!(
+                ev[1].1,
+                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}})
+            );
+            assert_eq!(ev[2].0, "ping");
+            let stop = ev.iter().position(|(n, v)| n == "content_block_stop" && v["index"] == 0).unwrap();
+            let deltas: Vec<&Value> = ev[3..stop].iter().map(|(_, v)| &v["delta"]).collect();
+            let (signature, thoughts) = deltas.split_last().unwrap();
+            assert_eq!(signature["type"], "signature_delta");
+            let shown: String = thoughts
+                .iter()
+                .map(|d| {
+                    assert_eq!(d["type"], "thinking_delta");
+                    d["thinking"].as_str().unwrap()
+                })
+                .collect();
+            assert_eq!(shown.is_empty(), display.is_some());
+            assert!(thinking::verify(signature["signature"].as_str().unwrap(), &shown));
+            assert_eq!(ev[stop + 1].1["content_block"], json!({"type": "text", "text": ""}));
+            assert_eq!(ev[stop + 1].1["index"], 1);
+        }
+    }
+
+    #[test]
+    fn replayed_thinking_is_verified() {
+        let first = send(&thinking_body(Some("omitted"), false), None).body_json().unwrap();
+        let tool_turn = |assistant: Value| {
+            let mut b = thinking_body(Some("omitted"), false);
+            b["messages"] = json!([
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": assistant},
+                {"role": "user", "content": "more"}
+            ]);
+            send(&b, None)
+        };
+        assert_eq!(tool_turn(first["content"].clone()).status, 200);
+        let mut forged = first["content"].clone();
+        forged[0]["signature"] = json!(thinking::sign("something else", "something else"));
+        let resp = tool_turn(forged);
+        assert_eq!(resp.status, 400);
+        let e = resp.body_json().unwrap()["error"].clone();
+        assert_eq!(e["type"], "invalid_request_error");
+        assert_eq!(e["message"], "messages.1.content.0: Invalid `signature` in `thinking` block");
+        let mut b = thinking_body(None, false);
+        b["max_tokens"] = json!(1000);
+        assert_eq!(send(&b, None).status, 400, "budget_tokens must be below max_tokens");
+    }
+
+    #[test]
+    fn tool_result_gets_a_text_answer() {
+        let body = json!({"model": "c", "max_tokens": 50, "tools": tools(), "messages": [
+            {"role": "user", "content": "weather?"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"}]}
+        ]});
+        let v = message(&plan_for(body.clone()));
+        assert_eq!(v["stop_reason"], "end_turn");
+        assert_eq!(v["content"].as_array().unwrap().len(), 1);
+        // An agent's later turns (a subagent's report, a reminder) get text too: one tool call per conversation.
+        let mut later = body;
+        later["messages"].as_array_mut().unwrap().push(json!({"role": "user", "content": "report: done"}));
+        assert_eq!(message(&plan_for(later))["stop_reason"], "end_turn");
+    }
+
+    #[test]
+    fn cache_control_usage_and_count_tokens_agree() {
+        let cache = crate::prompt_cache::PromptCache::default();
+        let body = json!({"model": "claude-c", "max_tokens": 50, "metadata": {"user_id": "u"},
+            "context_management": {"edits": []}, "unknown_field": true,
+            "system": [{"type": "text", "text": "x".repeat(400), "cache_control": {"type": "ephemeral", "ttl": "1h"}}],
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "y".repeat(200), "cache_control": {"type": "ephemeral"}}, {"type": "text", "text": "question"}]}]});
+        // System prefix: text(4) + 400 + ephemeral(9) + 1h(2) = 415 chars = 104 tokens; the message
+        // adds user(4) + text(4) + 200 + ephemeral(9) = 217 → 632 chars = 158; then text(4) + question(8).
+        let total = tokens::prompt_tokens(&body);
+        assert_eq!(total, 161);
+        let usage = |v: &Value| {
+            let u = &v["usage"];
+            let n = |k: &str| u[k].as_u64().unwrap();
+            let c = |k: &str| u["cache_creation"][k].as_u64().unwrap();
+            (
+                n("input_tokens"),
+                n("cache_read_input_tokens"),
+                n("cache_creation_input_tokens"),
+                c("ephemeral_5m_input_tokens"),
+                c("ephemeral_1h_input_tokens"),
+            )
+        };
+        let first = send(&body, Some(&cache)).body_json().unwrap();
+        assert_eq!(usage(&first), (3, 0, 158, 54, 104));
+        let second = send(&body, Some(&cache)).body_json().unwrap();
+        assert_eq!(usage(&second), (3, 158, 0, 0, 0));
+        let req = request(AUTH);
+        let call = Call::new(&req, body, 1, None);
+        let counted = respond(Api::Anthropic, &call, count_tokens).body_json().unwrap();
+        assert_eq!(counted, json!({"input_tokens": total}), "count_tokens = input + cache read + cache write");
     }
 }

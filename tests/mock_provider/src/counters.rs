@@ -4,6 +4,7 @@
 
 use crate::fault::Faults;
 use crate::http::Request;
+use crate::prompt_cache::PromptCache;
 use serde_json::{json, Map, Value};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -34,13 +35,22 @@ impl Recorded {
             self.headers.iter().map(|(n, v)| (n.clone(), Value::from(v.as_str()))).collect();
         let body =
             serde_json::from_slice(&self.body).unwrap_or_else(|_| Value::from(String::from_utf8_lossy(&self.body)));
-        json!({
+        let mut v = json!({
             "method": self.method,
             "path": self.path,
             "query": self.query,
             "headers": headers,
             "body": body,
-        })
+        });
+        // The bytes as received, for byte-for-byte comparisons: a string, or base64 when not UTF-8.
+        match std::str::from_utf8(&self.body) {
+            Ok(s) => v["body_raw"] = Value::from(s),
+            Err(_) => {
+                v["body_raw"] = Value::Null;
+                v["body_base64"] = Value::from(crate::base64::encode(&self.body));
+            }
+        }
+        v
     }
 }
 
@@ -93,6 +103,7 @@ pub struct State {
     inner: Mutex<Inner>,
     /// Pause before each SSE event when the model asks for none (`--stream-pace-ms`).
     pub stream_pace_ms: u64,
+    pub prompt_cache: PromptCache,
 }
 
 impl State {
@@ -182,6 +193,7 @@ impl State {
 
     pub fn reset(&self) {
         *self.lock() = Inner::default();
+        self.prompt_cache.clear();
     }
 }
 
@@ -231,6 +243,12 @@ mod tests {
         let last = s.last(Some("m")).unwrap().to_json();
         assert_eq!(last["body"], json!({"model": "m"}));
         assert_eq!(last["headers"]["authorization"], "Bearer k");
+        assert_eq!(last["body_raw"], r#"{"model":"m"}"#);
+        let mut binary = req("/v1/b");
+        binary.body = Arc::new(vec![0xff, 0x00]);
+        s.arrive(&binary, None);
+        let raw = s.last(None).unwrap().to_json();
+        assert_eq!((raw["body_raw"].clone(), raw["body_base64"].clone()), (Value::Null, json!("/wA=")));
         assert_eq!(s.last(None).unwrap().path, "/v1/b");
         assert!(s.correlated("r1").is_empty(), "requests without the header are not correlated");
         s.reset();

@@ -3,17 +3,21 @@
 
 mod admin;
 mod anthropic;
+mod base64;
 mod counters;
 mod embeddings;
 mod fault;
 mod http;
 mod models;
 mod openai;
+mod prompt_cache;
 mod ratelimit;
 mod reply;
+mod responses;
 mod router;
 mod server;
 mod sse;
+mod thinking;
 mod tokens;
 mod vendor;
 

@@ -3,6 +3,7 @@
 
 use crate::fault::{self, Faults, Key};
 use crate::http::{Body, Request, Response, Timing};
+use crate::prompt_cache::PromptCache;
 use crate::ratelimit::{self, RateLimit};
 use crate::{anthropic, openai, reply};
 use serde_json::Value;
@@ -23,12 +24,14 @@ pub struct Call<'a> {
     pub number: u64,
     pub scripted: Option<Faults>,
     pub request_id: String,
+    /// The server's prompt cache; None in unit tests, where every breakpoint writes.
+    pub prompt_cache: Option<&'a PromptCache>,
 }
 
 impl<'a> Call<'a> {
     pub fn new(req: &'a Request, body: Value, number: u64, scripted: Option<Faults>) -> Call<'a> {
         let model = body.get("model").and_then(Value::as_str).unwrap_or("").to_string();
-        Call { req, body, model, number, scripted, request_id: reply::id("req_") }
+        Call { req, body, model, number, scripted, request_id: reply::id("req_"), prompt_cache: None }
     }
 
     pub fn base_model(&self) -> &str {

@@ -279,7 +279,8 @@ fn anthropic_json_and_auth() {
     // "sys" + "user" + "Hi" = 9 chars = 3 tokens.
     assert_eq!(
         v["usage"],
-        json!({"input_tokens": 3, "output_tokens": 8, "cache_creation_input_tokens": 2, "cache_read_input_tokens": 4})
+        json!({"input_tokens": 3, "output_tokens": 8, "cache_creation_input_tokens": 2, "cache_read_input_tokens": 4,
+            "cache_creation": {"ephemeral_5m_input_tokens": 2, "ephemeral_1h_input_tokens": 0}, "service_tier": "standard"})
     );
 
     let r = s.call("POST", "/v1/messages", &[("anthropic-version", "2023-06-01")], Some(&body));
@@ -568,4 +569,89 @@ fn embeddings_and_models() {
     assert_eq!(v["usage"], json!({"prompt_tokens": 2, "total_tokens": 2}));
     let v = s.call("GET", "/v1/models", ANTHROPIC, None).json();
     assert_eq!(v["data"][0]["type"], "model");
+}
+
+#[test]
+fn anthropic_prompt_cache_thinking_replay_and_raw_bodies() {
+    let s = Server::start();
+    let system = json!([{"type": "text", "text": "You are terse.", "cache_control": {"type": "ephemeral"}}]);
+    let thinking = json!({"type": "enabled", "budget_tokens": 1024, "display": "omitted"});
+    let first = messages(
+        "claude-x",
+        json!({"system": system, "thinking": thinking, "max_tokens": 2048,
+        "context_management": {"edits": []}, "metadata": {"user_id": "{\"session_id\":\"s\"}"}}),
+    );
+    let headers =
+        [ANTHROPIC, &[("anthropic-beta", "interleaved-thinking-2025-05-14"), ("x-client-request-id", "t1")]].concat();
+    let r = s.call("POST", "/v1/messages?beta=true", &headers, Some(&first));
+    assert_eq!(r.status, 200);
+    assert!(r.header("anthropic-beta").is_none(), "betas are not echoed");
+    let v = r.json();
+    // text(4) + "You are terse."(14) + ephemeral(9) = 27 chars = 7 tokens written, then read.
+    assert_eq!(v["usage"]["cache_creation"]["ephemeral_5m_input_tokens"], 7);
+    assert_eq!(v["content"][0]["type"], "thinking");
+    assert_eq!(v["content"][0]["thinking"], "");
+
+    let mut next = first.clone();
+    next["messages"] = json!([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": v["content"]},
+        {"role": "user", "content": "Again"}]);
+    let r = s.call("POST", "/v1/messages?beta=true", &headers, Some(&next));
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(
+        (
+            r.json()["usage"]["cache_read_input_tokens"].clone(),
+            r.json()["usage"]["cache_creation_input_tokens"].clone()
+        ),
+        (json!(7), json!(0))
+    );
+
+    next["messages"][1]["content"][0]["signature"] = json!("bm90IGEgc2lnbmF0dXJl");
+    let r = s.call("POST", "/v1/messages", ANTHROPIC, Some(&next));
+    assert_eq!(r.status, 400);
+    assert_eq!(r.json()["error"]["message"], "messages.1.content.0: Invalid `signature` in `thinking` block");
+
+    let seen = s.get_json("/_mock/calls?request_id=t1");
+    assert_eq!(seen["calls"], 2);
+    let recorded = &seen["requests"][0];
+    assert_eq!(recorded["query"], "beta=true");
+    assert_eq!(recorded["headers"]["anthropic-beta"], "interleaved-thinking-2025-05-14");
+    assert_eq!(recorded["body_raw"], first.to_string(), "the bytes as sent");
+
+    let counted = s.call("POST", "/v1/messages/count_tokens?beta=true", ANTHROPIC, Some(&first)).json();
+    let u = &v["usage"];
+    let sum = ["input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"]
+        .iter()
+        .map(|k| u[*k].as_u64().unwrap())
+        .sum::<u64>();
+    assert_eq!(counted["input_tokens"], sum);
+}
+
+#[test]
+fn responses_stream_and_error_after() {
+    let s = Server::start();
+    let body = json!({"model": "gpt-x+words=3", "input": "Hi", "stream": true, "store": false});
+    let r = s.call("POST", "/v1/responses", OPENAI, Some(&body));
+    assert_eq!((r.status, r.header("content-type")), (200, Some("text/event-stream")));
+    assert!(r.complete);
+    let events = r.events();
+    let data: Vec<Value> = events.iter().map(|(_, d)| serde_json::from_str(d).unwrap()).collect();
+    for (i, ((name, _), d)) in events.iter().zip(&data).enumerate() {
+        assert_eq!((d["type"].as_str(), d["sequence_number"].as_u64()), (Some(name.as_str()), Some(i as u64)));
+    }
+    let text: String = data
+        .iter()
+        .filter(|d| d["type"] == "response.output_text.delta")
+        .map(|d| d["delta"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(text, "Hello from gpt-x:");
+    let done = &data.last().unwrap()["response"];
+    assert_eq!((done["status"].as_str(), done["store"].as_bool()), (Some("completed"), Some(false)));
+    assert_eq!(done["usage"]["output_tokens"], 3);
+
+    let failing = json!({"model": "gpt-x+error_after=1", "input": "Hi", "stream": true});
+    let events = s.call("POST", "/v1/responses", OPENAI, Some(&failing)).events();
+    let (name, last) = events.last().unwrap();
+    assert_eq!(name, "error");
+    assert_eq!(serde_json::from_str::<Value>(last).unwrap()["code"], "server_error");
+    assert_eq!(s.call("POST", "/v1/responses", &[], Some(&body)).status, 401);
 }
