@@ -23,7 +23,8 @@ seeded = json.load(open(record_file)) if os.path.exists(record_file) else {}
 def current(name):
     out = subprocess.run(["wrangler", "kv", "key", "get", name, "--text", "--local", "--persist-to", state,
                           "--binding", "CONFIG"], capture_output=True, text=True)
-    return out.stdout if out.returncode == 0 else None
+    # wrangler prints the value plus a newline of its own.
+    return out.stdout[:-1] if out.returncode == 0 and out.stdout.endswith("\n") else None
 
 writes = []
 for name, value in seeds.items():
