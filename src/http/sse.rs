@@ -1,7 +1,12 @@
 //! Incremental server-sent-events parser (WHATWG event-stream rules) fed arbitrary byte chunks.
 //!
 //! Lines end at `\r\n`, `\n` or `\r`, and a chunk may stop anywhere, including between `\r` and `\n`
-//! or inside a multi-byte UTF-8 character: only whole lines are decoded.
+//! or inside a multi-byte UTF-8 character: only whole lines are decoded. Each byte is scanned
+//! once however the line is split, and a line longer than [`MAX_LINE_BYTES`] stops the parser.
+
+/// Longer than any vendor's event line (a whole answer in one `data:` line stays far below it),
+/// and far below an isolate's memory.
+pub const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SseEvent {
@@ -14,6 +19,10 @@ pub struct SseEvent {
 pub struct SseParser {
     buf: Vec<u8>,
     pos: usize,
+    /// Bytes of `buf` before this index hold no line end: the next search starts here.
+    scanned: usize,
+    /// A line outgrew `MAX_LINE_BYTES`: nothing more is parsed.
+    overflowed: bool,
     /// The previous chunk ended in `\r`: a `\n` starting the next one belongs to that line end.
     skip_lf: bool,
     seen_first_line: bool,
@@ -27,15 +36,27 @@ impl SseParser {
     }
 
     pub fn feed(&mut self, chunk: &[u8]) {
+        if self.overflowed {
+            return;
+        }
         if self.pos > 0 && self.pos * 2 >= self.buf.len() {
             self.buf.drain(..self.pos);
+            self.scanned = self.scanned.saturating_sub(self.pos);
             self.pos = 0;
         }
         self.buf.extend_from_slice(chunk);
     }
 
+    /// Whether a line outgrew [`MAX_LINE_BYTES`] (the stream is then unusable).
+    pub fn overflowed(&self) -> bool {
+        self.overflowed
+    }
+
     /// The next complete event in what was fed so far.
     pub fn next_event(&mut self) -> Option<SseEvent> {
+        if self.overflowed {
+            return None;
+        }
         while let Some(line) = self.next_line() {
             if let Some(ev) = self.process_line(&line) {
                 return Some(ev);
@@ -50,7 +71,7 @@ impl SseParser {
         if let Some(ev) = self.next_event() {
             return Some(ev);
         }
-        if self.pos < self.buf.len() {
+        if self.pos < self.buf.len() && !self.overflowed {
             let rest = String::from_utf8_lossy(&self.buf[self.pos..]).into_owned();
             self.pos = self.buf.len();
             if let Some(ev) = self.process_line(&rest) {
@@ -67,8 +88,18 @@ impl SseParser {
                 self.pos += 1;
             }
         }
+        let from = self.scanned.max(self.pos);
+        let Some(found) = self.buf[from..].iter().position(|&b| b == b'\n' || b == b'\r') else {
+            self.scanned = self.buf.len();
+            if self.buf.len() - self.pos > MAX_LINE_BYTES {
+                self.overflowed = true;
+                self.buf = Vec::new();
+                (self.pos, self.scanned) = (0, 0);
+            }
+            return None;
+        };
+        let end = from - self.pos + found;
         let rest = &self.buf[self.pos..];
-        let end = rest.iter().position(|&b| b == b'\n' || b == b'\r')?;
         let line = String::from_utf8_lossy(&rest[..end]).into_owned();
         let mut next = self.pos + end + 1;
         if rest[end] == b'\r' {
@@ -79,6 +110,7 @@ impl SseParser {
             }
         }
         self.pos = next;
+        self.scanned = next;
         Some(line)
     }
 
@@ -181,6 +213,38 @@ mod tests {
         assert_eq!(parse_all(&[b"data: [DONE]"]), vec![ev(None, "[DONE]")]);
         assert_eq!(parse_all(&[b"data: a\n"]), vec![ev(None, "a")]);
         assert_eq!(parse_all(&[b"event: x\n"]), vec![]);
+    }
+
+    #[test]
+    fn a_long_line_in_small_chunks_is_scanned_once() {
+        // 4 MiB in 1-byte chunks: quadratic rescanning would take minutes, linear takes milliseconds.
+        let mut p = SseParser::new();
+        p.feed(b"data: ");
+        let started = std::time::Instant::now();
+        for _ in 0..4 * 1024 * 1024 {
+            p.feed(b"x");
+            assert!(p.next_event().is_none());
+        }
+        p.feed(b"\n\n");
+        assert_eq!(p.next_event().map(|e| e.data.len()), Some(4 * 1024 * 1024));
+        assert!(started.elapsed() < std::time::Duration::from_secs(20), "took {:?}", started.elapsed());
+    }
+
+    #[test]
+    fn a_line_over_the_cap_stops_the_parser() {
+        let mut p = SseParser::new();
+        p.feed(b"data: ok\n\n");
+        assert_eq!(p.next_event(), Some(ev(None, "ok")));
+        let block = vec![b'x'; 1024 * 1024];
+        for _ in 0..=MAX_LINE_BYTES / block.len() {
+            p.feed(&block);
+            assert!(p.next_event().is_none());
+        }
+        assert!(p.overflowed());
+        p.feed(b"\n\ndata: later\n\n");
+        assert_eq!(p.next_event(), None, "nothing parsed after the overflow");
+        assert_eq!(p.finish(), None);
+        assert!(p.buf.is_empty(), "the oversized line is not kept");
     }
 
     #[test]

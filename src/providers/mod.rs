@@ -155,6 +155,17 @@ impl StreamTranslator {
             }
         }
         self.emitted |= out.len() > before;
+        if self.parser.overflowed() {
+            let e = UpstreamError {
+                class: ErrorClass::ServerError,
+                status: 0,
+                message: format!("the vendor sent an SSE line over {} bytes", crate::http::sse::MAX_LINE_BYTES),
+                retry_after_ms: None,
+                vendor_code: None,
+            };
+            self.failure = Some(e.clone());
+            return Some(e);
+        }
         None
     }
 

@@ -120,3 +120,17 @@ fn byte_at_a_time_matches_whole() {
         assert_eq!(run(provider, wants_usage, &pieces), whole, "{provider}");
     }
 }
+
+#[test]
+fn an_endless_line_fails_the_stream_instead_of_growing() {
+    let block = vec![b'x'; 1024 * 1024];
+    let mut pieces: Vec<&[u8]> = vec![b"data: "];
+    pieces.extend(std::iter::repeat_n(block.as_slice(), crate::http::sse::MAX_LINE_BYTES / block.len() + 1));
+    for provider in ["openai", "anthropic"] {
+        let outcome = run(provider, false, &pieces);
+        let error = outcome.error.expect("the overflow is reported");
+        assert!(error.message.contains("SSE line over"), "{provider}: {}", error.message);
+        assert_eq!(outcome.end, StreamEnd::Truncated, "{provider}");
+        assert!(outcome.out.is_empty(), "{provider}: nothing relayed");
+    }
+}
