@@ -14,6 +14,7 @@ use crate::usage::estimate;
 #[cfg(test)]
 use crate::usage::record::CacheHit;
 use crate::usage::record::{Attempt, RequestOutcome, RequestShape};
+use crate::usage::tags;
 #[cfg(test)]
 use crate::usage::tags::{merge_tags, metadata_tags, parse_tags_header};
 use serde::{Deserialize, Serialize};
@@ -214,7 +215,7 @@ impl UsageEvent {
                 (h.avoided.as_ref().map_or(0, Usage::total_tokens), cost)
             }
         };
-        let end_user = o.end_user.clone().or_else(|| o.tags.get("user").cloned());
+        let end_user = o.end_user.as_deref().map(tags::bounded).or_else(|| o.tags.get("user").cloned());
         UsageEvent {
             schema_version: SCHEMA_VERSION,
             event_id: o.request_id.clone(),
@@ -489,6 +490,10 @@ mod tests {
         assert_eq!((e.feature.as_deref(), e.end_user.as_deref()), (Some("dupe"), Some("u-9")));
         o.end_user = Some("body-user".into());
         assert_eq!(UsageEvent::build(&o, None, T0).end_user.as_deref(), Some("body-user"), "the request's `user` wins");
+        o.end_user = Some("P".repeat(200_000));
+        let event = UsageEvent::build(&o, None, T0);
+        assert_eq!(event.end_user.as_deref().map(|u| u.chars().count()), Some(tags::MAX_COPIED_CHARS + 1));
+        assert!(serde_json::to_string(&event).unwrap().len() < 16_384, "an event always fits a queue message");
     }
 
     #[test]

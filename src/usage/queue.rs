@@ -85,11 +85,16 @@ async fn flush(env: Env, lines: Lines) {
             Err(e) => error = e,
         }
     }
+    // One bad event must not take the others with it: the batch is split, each event sent alone.
     for line in &lines {
-        let usage: serde_json::Value = serde_json::from_str(line).unwrap_or(serde_json::Value::Null);
-        crate::support::log::error(
-            serde_json::json!({"event": "usage_send_failed", "error": error, "tries": SEND_TRIES, "usage": usage}),
-        );
+        let alone =
+            if lines.len() > 1 { send_batch_once(&env, std::slice::from_ref(line)).await } else { Err(error.clone()) };
+        if let Err(error) = alone {
+            let usage: serde_json::Value = serde_json::from_str(line).unwrap_or(serde_json::Value::Null);
+            crate::support::log::error(
+                serde_json::json!({"event": "usage_send_failed", "error": error, "tries": SEND_TRIES, "usage": usage}),
+            );
+        }
     }
 }
 

@@ -7,6 +7,17 @@ use std::collections::BTreeMap;
 const MAX_TAGS: usize = 32;
 const MAX_TAG_KEY_CHARS: usize = 64;
 const MAX_TAG_VALUE_CHARS: usize = 256;
+/// Free text copied from a request into an event (the end user's id): enough for any real id,
+/// and small enough that an event always fits a queue message.
+pub const MAX_COPIED_CHARS: usize = 256;
+
+/// `text` cut to [`MAX_COPIED_CHARS`], with `…` marking a cut.
+pub fn bounded(text: &str) -> String {
+    match text.char_indices().nth(MAX_COPIED_CHARS) {
+        None => text.to_string(),
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+    }
+}
 
 /// `x-gateway-tags: feature=search,team=growth`: malformed pairs are skipped, sizes are bounded.
 pub fn parse_tags_header(header: &str) -> BTreeMap<String, String> {
@@ -57,6 +68,16 @@ pub fn merge_tags(header: BTreeMap<String, String>, metadata: BTreeMap<String, S
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn copied_text_is_bounded_with_a_marker() {
+        assert_eq!(bounded("u-42"), "u-42");
+        let exact = "é".repeat(MAX_COPIED_CHARS);
+        assert_eq!(bounded(&exact), exact, "at the bound nothing is cut");
+        let cut = bounded(&"P".repeat(200_000));
+        assert_eq!(cut.chars().count(), MAX_COPIED_CHARS + 1);
+        assert!(cut.ends_with("P…"));
+    }
 
     #[test]
     fn tags_are_bounded() {

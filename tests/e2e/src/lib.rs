@@ -33,6 +33,10 @@ pub const KEY_LAYERS_C: &str = "gk_e2e_layers_c_0010";
 pub const KEY_LAYERS_TPM: &str = "gk_e2e_layers_tpm_0011";
 pub const KEY_LAYERS_TPM_FREE: &str = "gk_e2e_layers_tpm_0012";
 
+/// Only the hostile-input test uses this tenant: it counts that every one of its events is stored.
+pub const KEY_BYSTANDER: &str = "gk_e2e_bystander_0013";
+pub const BYSTANDER_TENANT: &str = "tenant-bystander";
+
 pub struct Stack {
     pub gateway: String,
     pub mock: String,
@@ -147,6 +151,7 @@ fn start() -> Stack {
         key_entry(KEY_LAYERS_TPM, serde_json::json!({"tenant": "tenant-layers-tpm", "app": "layers-e2e", "limits": {"tpm": 800}})),
         key_entry(KEY_LAYERS_TPM_FREE, serde_json::json!({"tenant": "tenant-layers-tpm", "app": "layers-e2e"})),
         {"key": "tenant:tenant-layers-tpm", "value": serde_json::json!({"limits": {"tpm": 1000}}).to_string()},
+        key_entry(KEY_BYSTANDER, serde_json::json!({"tenant": BYSTANDER_TENANT, "app": "hostile-e2e", "env": "test"})),
     ]);
     let seed_file = run_dir.join("seed.json");
     std::fs::write(&seed_file, seed.to_string()).expect("seed");

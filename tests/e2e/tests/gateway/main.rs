@@ -5,6 +5,7 @@ mod budget;
 mod cache;
 mod completions;
 mod errors;
+mod hostile;
 mod layers;
 mod limits;
 mod routing;

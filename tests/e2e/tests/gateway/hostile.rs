@@ -1,0 +1,61 @@
+//! Hostile input (issue 18): what one request sends cannot erase other tenants' usage or stall the relay.
+
+use e2e::client::post;
+use e2e::{stack, BYSTANDER_TENANT, KEY, KEY_BYSTANDER};
+use serde_json::json;
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+/// The local queue delivers after max_batch_timeout (5 s); R2 polling allows for a loaded machine.
+const DELIVERY_DEADLINE: Duration = Duration::from_secs(90);
+
+fn hello(user: Option<String>) -> serde_json::Value {
+    let mut body = json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]});
+    if let Some(user) = user {
+        body["user"] = json!(user);
+    }
+    body
+}
+
+#[test]
+fn a_huge_user_field_cannot_erase_other_tenants_usage_events() {
+    let s = stack();
+    let url = s.url("/v1/chat/completions");
+    let mut bystander_ids = BTreeSet::new();
+    let mut hostile_ids = Vec::new();
+    for _ in 0..3 {
+        // The requests overlap, so their events share one per-isolate batch with the hostile one.
+        let bystanders: Vec<_> = (0..12)
+            .map(|_| {
+                let url = url.clone();
+                std::thread::spawn(move || post(&url, KEY_BYSTANDER, &hello(None)))
+            })
+            .collect();
+        let hostile = post(&url, KEY, &hello(Some("P".repeat(200_000))));
+        assert_eq!(hostile.status, 200, "{}", hostile.body);
+        hostile_ids.push(hostile.header("x-request-id").unwrap().to_string());
+        for r in bystanders.into_iter().map(|h| h.join().unwrap()) {
+            assert_eq!(r.status, 200, "{}", r.body);
+            bystander_ids.insert(r.header("x-request-id").unwrap().to_string());
+        }
+    }
+    let out = s.state.parent().unwrap().join("hostile-export");
+    let started = Instant::now();
+    let (bystander, hostile) = loop {
+        let files = s.exported_usage(&out);
+        let (_, bystander) = e2e::usage_events_of(BYSTANDER_TENANT, &files);
+        let (_, tenant_a) = e2e::usage_events_of("tenant-a", &files);
+        let stored = bystander_ids.iter().all(|id| bystander.contains_key(id));
+        let hostile_stored = hostile_ids.iter().all(|id| tenant_a.contains_key(id));
+        if (stored && hostile_stored) || started.elapsed() > DELIVERY_DEADLINE {
+            break (bystander, tenant_a);
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let missing: Vec<_> = bystander_ids.iter().filter(|id| !bystander.contains_key(*id)).collect();
+    assert!(missing.is_empty(), "{} of 36 bystander events never reached R2: {missing:?}", missing.len());
+    for id in &hostile_ids {
+        let user = hostile[id]["end_user"].as_str().expect("the hostile request is billed too");
+        assert!(user.chars().count() <= 257 && user.ends_with('…'), "end_user is bounded: {} chars", user.len());
+    }
+}
