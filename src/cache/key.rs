@@ -18,14 +18,26 @@ pub const CACHE_KEY_PREFIX: &str = "cache:v1:";
 pub const IGNORED_FIELDS: &[&str] =
     &["stream", "stream_options", "user", "metadata", "store", "safety_identifier", "prompt_cache_key"];
 
-/// The KV key for `body` as `tenant` sent it; different tenants never share a key.
-pub fn cache_key(tenant: &str, body: &Value) -> String {
+/// What selected the answer besides the body: the logical model the request resolved to (the
+/// body's `model` or an `x-gateway-task` header) and the deployments its route may use, in any order.
+pub fn route_scope(logical_model: &str, deployments: &[&str]) -> String {
+    let mut ids: Vec<&str> = deployments.to_vec();
+    ids.sort_unstable();
+    ids.dedup();
+    format!("{}\0{}", logical_model, ids.join("\0"))
+}
+
+/// The KV key for `body` as `tenant` sent it down `route` ([`route_scope`]): different tenants, and
+/// requests routed differently, never share a key.
+pub fn cache_key(tenant: &str, route: &str, body: &Value) -> String {
     let mut hasher = Sha256::new();
     hasher.update(CACHE_KEY_VERSION.as_bytes());
     hasher.update([0]);
-    // Length-prefixed so no (tenant, body) pair can spell another's bytes.
-    hasher.update((tenant.len() as u64).to_be_bytes());
-    hasher.update(tenant.as_bytes());
+    // Length-prefixed so no (tenant, route, body) triple can spell another's bytes.
+    for part in [tenant, route] {
+        hasher.update((part.len() as u64).to_be_bytes());
+        hasher.update(part.as_bytes());
+    }
     match body {
         Value::Object(map) => {
             let kept = map.iter().filter(|(k, v)| !v.is_null() && !is_ignored(k));
@@ -171,7 +183,7 @@ mod tests {
     }
 
     fn key(body: &Value) -> String {
-        cache_key("tenant-a", body)
+        cache_key("tenant-a", &route_scope("chat", &["oa", "an"]), body)
     }
 
     fn with(field: &str, value: Value) -> Value {
@@ -280,10 +292,28 @@ mod tests {
 
     #[test]
     fn tenants_never_share_a_key() {
-        assert_ne!(cache_key("tenant-a", &base()), cache_key("tenant-b", &base()));
-        assert_ne!(cache_key("", &base()), cache_key("tenant-a", &base()));
-        // The tenant is length-prefixed, so moving bytes between tenant and body cannot collide.
-        assert_ne!(cache_key("a", &json!("b")), cache_key("ab", &json!("")));
+        assert_ne!(cache_key("tenant-a", "r", &base()), cache_key("tenant-b", "r", &base()));
+        assert_ne!(cache_key("", "r", &base()), cache_key("tenant-a", "r", &base()));
+        // Tenant and route are length-prefixed, so moving bytes between the parts cannot collide.
+        assert_ne!(cache_key("a", "r", &json!("b")), cache_key("ab", "r", &json!("")));
+        assert_ne!(cache_key("a", "rb", &json!("")), cache_key("a", "r", &json!("b")));
+        assert_ne!(cache_key("ar", "", &json!("")), cache_key("a", "r", &json!("")));
+    }
+
+    #[test]
+    fn requests_routed_differently_never_share_a_key() {
+        // The same body under every (logical model, deployment set) pair: all keys distinct.
+        let models = ["chat", "summary", "code", ""];
+        let sets: [&[&str]; 5] = [&["oa"], &["an"], &["oa", "an"], &["oa", "an", "x"], &[]];
+        let mut seen = std::collections::BTreeMap::new();
+        for model in models {
+            for set in sets {
+                let k = cache_key("tenant-a", &route_scope(model, set), &base());
+                assert!(seen.insert(k, (model, set)).is_none(), "{model} {set:?} shares a key");
+            }
+        }
+        // Order and repeats within a chain (weights, affinity) do not split the cache.
+        assert_eq!(route_scope("chat", &["oa", "an"]), route_scope("chat", &["an", "oa", "an"]));
     }
 
     #[test]

@@ -17,7 +17,8 @@ pub struct CacheUse {
 }
 
 impl CacheUse {
-    pub fn decide(policy: &CachePolicy, chat: &ChatRequest, rc: &RequestContext, body: &[u8]) -> CacheUse {
+    /// `route` is [`cache::key::route_scope`] of what the request resolved to.
+    pub fn decide(policy: &CachePolicy, chat: &ChatRequest, rc: &RequestContext, route: &str, body: &[u8]) -> CacheUse {
         if !policy.enabled {
             return CacheUse { decision: CacheDecision::Skip { reason: "disabled" }, key: None };
         }
@@ -31,7 +32,7 @@ impl CacheUse {
         let decision = cache::policy::decide(policy, &facts);
         let key = match decision {
             CacheDecision::Skip { .. } => None,
-            _ => serde_json::from_slice::<Value>(body).ok().map(|v| cache_key(&rc.key.tenant, &v)),
+            _ => serde_json::from_slice::<Value>(body).ok().map(|v| cache_key(&rc.key.tenant, route, &v)),
         };
         CacheUse { decision, key }
     }

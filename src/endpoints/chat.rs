@@ -27,7 +27,9 @@ pub async fn completions(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Con
     let table = route::table(env, &rc).await?;
     let model = route::model(&table, &rc, &logical)?;
     let chain = table.chain(&logical, rc.random, rc.session_id.as_deref()).unwrap_or_default();
-    let cache = CacheUse::decide(&model.cache, &chat, &rc, &body);
+    let deployments: Vec<&str> = chain.iter().map(|(id, _)| *id).collect();
+    let route = crate::cache::key::route_scope(&logical, &deployments);
+    let cache = CacheUse::decide(&model.cache, &chat, &rc, &route, &body);
     if let Some(answer) = cache.lookup(env, rc.started_ms).await {
         return serve_cached(answer, &chat, &rc, &logical, ctx, env);
     }

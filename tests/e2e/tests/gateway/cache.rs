@@ -107,3 +107,20 @@ fn same_idempotency_key_five_times_concurrently_is_one_upstream_call() {
     let reused = post_with(&s.url("/v1/chat/completions"), KEY, &different, &[("idempotency-key", "order-42")]);
     assert_eq!(reused.error(422)["code"], "idempotency_key_reused");
 }
+
+#[test]
+fn a_task_header_routing_elsewhere_never_gets_another_routes_cached_answer() {
+    let s = stack();
+    let body = json!({"model": "cached-task-a", "temperature": 0, "messages": [{"role": "user", "content": "task?"}]});
+    let first = post_with(&s.url("/v1/chat/completions"), KEY, &body, &[]);
+    assert_eq!(first.status, 200, "{}", first.body);
+    std::thread::sleep(Duration::from_millis(300)); // the cache write happens after the response
+    let again = post_with(&s.url("/v1/chat/completions"), KEY, &body, &[]);
+    assert_eq!(again.header("x-gateway-cache"), Some("hit"), "the route's own repeat is a hit");
+    // Same body, but the task header resolves it to another logical model and deployment.
+    let routed = post_with(&s.url("/v1/chat/completions"), KEY, &body, &[("x-gateway-task", "cached-task-b")]);
+    assert_eq!(routed.status, 200, "{}", routed.body);
+    assert_ne!(routed.header("x-gateway-cache"), Some("hit"), "another route's answer was served");
+    assert_eq!(routed.header("x-gateway-deployment"), Some("oa-cached-task-b"));
+    assert_eq!(s.upstream_calls(&routed).len(), 1, "answered by its own deployment");
+}
