@@ -25,11 +25,15 @@ pub fn scope_estimate(
 }
 
 pub fn credential(env: &Env, name: &str) -> Option<String> {
-    env.secret(name)
+    let value = env
+        .secret(name)
         .ok()
         .map(|s| s.to_string())
         .or_else(|| env.var(name).ok().map(|v| v.to_string()))
-        .filter(|s| !s.is_empty())
+        .filter(|s| !s.is_empty())?;
+    // Whatever a vendor echoes back, this value never reaches a client or a log.
+    crate::support::redact::remember_secret(&value);
+    Some(value)
 }
 
 pub fn signals_of(up: &UpstreamResponse, retry_after_ms: Option<u64>) -> UpstreamSignals {

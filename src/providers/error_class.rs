@@ -353,6 +353,7 @@ fn class_of(provider: ProviderKind, status: u16, e: &VendorError) -> ErrorClass 
 
 /// Masks anything shaped like a credential or account id before a message is stored or shown.
 fn redact(message: &str) -> String {
+    let message = &*crate::support::redact::without_secrets(message);
     const SECRET_PREFIXES: [&str; 6] = ["sk-", "sk_", "org-", "proj_", "key-", "AIza"];
     let token_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '*' | '.');
     let mut out = String::with_capacity(message.len().min(MAX_MESSAGE_CHARS));

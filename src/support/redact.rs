@@ -5,7 +5,48 @@
 //! copied unchanged. Scanners whose reach is unbounded remember where a failed scan ended and do
 //! not rescan that stretch, which keeps the pass linear.
 
+use std::borrow::Cow;
+use std::cell::RefCell;
 use std::ops::Range;
+
+/// What a credential the gateway sent becomes wherever it is echoed back.
+pub const CREDENTIAL_PLACEHOLDER: &str = "[credential]";
+/// Shorter values are not secrets worth matching (and would blank ordinary words).
+const MIN_SECRET_CHARS: usize = 8;
+/// Deployments' credentials in one isolate; a bound keeps a misconfigured table from growing it.
+const MAX_SECRETS: usize = 256;
+
+thread_local! {
+    static SECRETS: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Remembers a credential this isolate sends to a vendor, so [`redact`] and [`without_secrets`]
+/// remove it by value, whatever its format (prefix rules miss keys like GLM's, Azure's or Mistral's).
+pub fn remember_secret(value: &str) {
+    if value.len() < MIN_SECRET_CHARS {
+        return;
+    }
+    SECRETS.with(|secrets| {
+        let mut secrets = secrets.borrow_mut();
+        if secrets.len() < MAX_SECRETS && !secrets.iter().any(|s| s == value) {
+            secrets.push(value.to_string());
+            // Longest first, so a secret containing another is replaced whole.
+            secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        }
+    });
+}
+
+/// `text` with every remembered credential replaced by [`CREDENTIAL_PLACEHOLDER`].
+pub fn without_secrets(text: &str) -> Cow<'_, str> {
+    SECRETS.with(|secrets| {
+        let secrets = secrets.borrow();
+        let mut out = Cow::Borrowed(text);
+        for secret in secrets.iter().filter(|s| text.contains(s.as_str())) {
+            out = Cow::Owned(out.replace(secret.as_str(), CREDENTIAL_PLACEHOLDER));
+        }
+        out
+    })
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -28,9 +69,10 @@ impl Kind {
     }
 }
 
-/// `text` with every email, phone number, Chinese resident ID, card number and API key replaced
-/// by its [`Kind::placeholder`].
+/// `text` with every remembered credential, email, phone number, Chinese resident ID, card number
+/// and API key replaced by its placeholder.
 pub fn redact(text: &str) -> String {
+    let text = &*without_secrets(text);
     let mut out = String::with_capacity(text.len());
     let mut copied = 0;
     for (span, kind) in Scanner::new(text.as_bytes()) {
@@ -692,5 +734,23 @@ mod tests {
             let _ = redact(&text);
             assert!(start.elapsed().as_millis() < 2_000, "{unit:?} took {:?}", start.elapsed());
         }
+    }
+
+    #[test]
+    fn remembered_credentials_are_removed_by_value_whatever_their_format() {
+        let glm = "3f9a1c2e7b8d4a6f.Zk9XqLmNoPqRsTuV";
+        let azure = "8e2f4c1a9b7d46e3a5c0f1e2d3c4b5a6";
+        assert!(redact(&format!("bad key {glm}")).contains(glm), "unknown formats pass until remembered");
+        remember_secret(glm);
+        remember_secret(azure);
+        remember_secret(azure);
+        remember_secret("short");
+        let echoed = format!("Incorrect API key provided: {glm}. Also {azure}; and short stays.");
+        let out = redact(&echoed);
+        assert!(!out.contains(glm) && !out.contains(azure), "{out}");
+        assert_eq!(out.matches(CREDENTIAL_PLACEHOLDER).count(), 2, "{out}");
+        assert!(out.contains("short stays"), "short values are never treated as secrets: {out}");
+        assert!(matches!(without_secrets("nothing here"), Cow::Borrowed(_)), "no copy when nothing matches");
+        SECRETS.with(|s| assert_eq!(s.borrow().len(), 2, "each secret remembered once"));
     }
 }
