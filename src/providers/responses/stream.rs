@@ -35,9 +35,17 @@ fn vendor_error(data: &Value) -> UpstreamError {
     e
 }
 
-/// Events before the first of these are held back, so a failure there can still fall back.
+/// Events that carry no output yet: held back until the first one that does, so a failure
+/// before any output can still fall back.
 fn is_preamble(kind: &str) -> bool {
-    matches!(kind, "response.created" | "response.in_progress" | "response.queued")
+    matches!(
+        kind,
+        "response.created"
+            | "response.in_progress"
+            | "response.queued"
+            | "response.output_item.added"
+            | "response.content_part.added"
+    )
 }
 
 /// A Responses stream relayed byte for byte.

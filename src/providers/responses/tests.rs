@@ -293,11 +293,16 @@ fn passthrough_stream_errors_before_content_may_fall_back() {
     let mut out = Vec::new();
     assert!(t.feed(created.as_bytes(), &mut out).is_none());
     assert!(out.is_empty() && !t.emitted_any());
+    let sse = fixture!("responses_stream_text.sse");
+    let first_delta = sse.find("event: response.output_text.delta").unwrap();
+    let message_added = sse.rfind("event: response.output_item.added").unwrap();
+    let structure = &sse[message_added..first_delta];
+    assert!(t.feed(structure.as_bytes(), &mut out).is_none());
+    assert!(out.is_empty() && !t.emitted_any(), "items without output do not commit the stream");
     let err = t.feed(error.as_bytes(), &mut out).unwrap();
     assert_eq!((err.class, err.message.as_str()), (ErrorClass::ServerError, "boom"));
     assert!(out.is_empty() && !t.emitted_any());
     // After content the vendor's error is relayed as is, and the gateway adds none of its own.
-    let sse = fixture!("responses_stream_text.sse");
     let upto = sse.find("event: response.output_text.done").unwrap();
     let mut t = PassThrough::new();
     let mut out = Vec::new();
