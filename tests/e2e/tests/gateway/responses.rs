@@ -229,6 +229,29 @@ fn falls_back_before_the_first_byte_and_reports_a_cut_in_stream() {
 }
 
 #[test]
+fn prompt_cache_key_keeps_a_session_on_one_deployment() {
+    let s = stack();
+    let served = |key: &str| {
+        let r = post(
+            &s.url("/v1/responses"),
+            KEY,
+            &json!({"model": "resp-affinity", "input": "hi", "prompt_cache_key": key}),
+        );
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.header("x-gateway-deployment").unwrap().to_string()
+    };
+    for session in ["sess-a", "sess-b", "sess-c"] {
+        let first = served(session);
+        for _ in 0..4 {
+            assert_eq!(served(session), first, "{session} moved");
+        }
+    }
+    // Different sessions spread over the tier's deployments.
+    let seen: std::collections::BTreeSet<String> = (0..20).map(|i| served(&format!("spread-{i}"))).collect();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+}
+
+#[test]
 fn errors_are_openai_format() {
     let s = stack();
     let r = post(
