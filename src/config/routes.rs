@@ -361,6 +361,11 @@ impl RouteTable {
                 }
             }
         }
+        self.deployment_problems(text, &mut out);
+        out
+    }
+
+    fn deployment_problems(&self, text: &str, out: &mut Vec<RouteTableError>) {
         for (id, d) in &self.deployments {
             if !(d.base_url.starts_with("https://") || d.base_url.starts_with("http://")) {
                 out.push(RouteTableError {
@@ -387,7 +392,6 @@ impl RouteTable {
                 });
             }
         }
-        out
     }
 
     /// The deployments to try for a logical model, in order (weights drawn from `random`, or

@@ -161,18 +161,10 @@ fn add_item(messages: &mut Vec<Value>, item: &Value, i: usize, dropped: &mut usi
             let call_id = str_field(obj, "call_id", &param)?;
             let name = str_field(obj, "name", &param)?;
             let arguments = obj.get("arguments").and_then(Value::as_str).unwrap_or("{}");
-            let call = json!({"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}});
-            // Calls made in one turn (parallel calls) share one assistant message.
-            let open = messages.last_mut().filter(|m| m["role"] == "assistant").and_then(Value::as_object_mut);
-            match open {
-                Some(m) => match m.get_mut("tool_calls").and_then(Value::as_array_mut) {
-                    Some(calls) => calls.push(call),
-                    None => {
-                        m.insert("tool_calls".into(), json!([call]));
-                    }
-                },
-                None => messages.push(json!({"role": "assistant", "content": null, "tool_calls": [call]})),
-            }
+            add_call(
+                messages,
+                json!({"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}),
+            );
         }
         "function_call_output" => {
             let call_id = str_field(obj, "call_id", &param)?;
@@ -216,6 +208,20 @@ fn add_item(messages: &mut Vec<Value>, item: &Value, i: usize, dropped: &mut usi
         }
     }
     Ok(())
+}
+
+/// Calls made in one turn (parallel calls) share one assistant message.
+fn add_call(messages: &mut Vec<Value>, call: Value) {
+    let open = messages.last_mut().filter(|m| m["role"] == "assistant").and_then(Value::as_object_mut);
+    match open {
+        Some(m) => match m.get_mut("tool_calls").and_then(Value::as_array_mut) {
+            Some(calls) => calls.push(call),
+            None => {
+                m.insert("tool_calls".into(), json!([call]));
+            }
+        },
+        None => messages.push(json!({"role": "assistant", "content": null, "tool_calls": [call]})),
+    }
 }
 
 fn str_field<'a>(obj: &'a Map<String, Value>, key: &str, param: &str) -> Result<&'a str, ApiError> {
