@@ -108,6 +108,46 @@ fn pass_through_stream_relays_events_and_usage_with_reasoning() {
 }
 
 #[test]
+fn usage_events_match_the_vendor_for_json_pass_through_and_translation() {
+    let s = stack();
+    // resp-usage-native: the mock reports reasoning=7, cached=5; resp-usage-chat: reasoning=3, cached=2.
+    for (model, reasoning, cached) in [("resp-usage-native", 7, 5), ("resp-usage-chat", 3, 2)] {
+        let r = post(
+            &s.url("/v1/responses"),
+            KEY,
+            &json!({"model": model, "input": "Say hello", "metadata": {"feature": "resp-e2e"}}),
+        );
+        assert_eq!(r.status, 200, "{}", r.body);
+        let usage = r.json()["usage"].clone();
+        assert_eq!(usage["output_tokens_details"]["reasoning_tokens"], reasoning, "{model}: {usage}");
+        assert_eq!(usage["input_tokens_details"]["cached_tokens"], cached, "{model}: {usage}");
+        let e = usage_event(s, r.header("x-request-id").unwrap());
+        assert_eq!((e["ingress"].as_str(), e["feature"].as_str()), (Some("responses"), Some("resp-e2e")), "{model}");
+        assert_eq!(
+            (e["reasoning_tokens"].clone(), e["cached_read_tokens"].clone()),
+            (json!(reasoning), json!(cached)),
+            "{model}"
+        );
+        assert_eq!(e["input_tokens"].as_u64().unwrap() + cached, usage["input_tokens"].as_u64().unwrap(), "{model}");
+        assert_eq!(e["output_tokens"], usage["output_tokens"], "{model}");
+        assert_eq!(e["estimated"], false, "{model}");
+    }
+}
+
+#[test]
+fn idempotency_key_replays_a_responses_answer() {
+    let s = stack();
+    let body = json!({"model": "resp-native", "input": "Say hello once"});
+    let headers = [("idempotency-key", "resp-e2e-idem-1")];
+    let first = post_with(&s.url("/v1/responses"), KEY, &body, &headers);
+    assert_eq!(first.status, 200, "{}", first.body);
+    let again = post_with(&s.url("/v1/responses"), KEY, &body, &headers);
+    assert_eq!(again.status, 200, "{}", again.body);
+    assert_eq!(again.json()["id"], first.json()["id"], "the stored answer, not a new call");
+    assert!(s.upstream_calls(&again).is_empty());
+}
+
+#[test]
 fn chat_only_deployment_gets_a_translation() {
     let s = stack();
     let r = post(
