@@ -92,10 +92,17 @@ impl PassThrough {
                     failure = Some(vendor_error(&data));
                     break;
                 }
-                "response.completed" | "response.incomplete" | "response.failed" => {
+                "response.completed" | "response.incomplete" => {
                     self.usage = data.pointer("/response/usage").and_then(answer::usage_of).or(self.usage);
                     self.done = true;
                     self.emitted = true;
+                }
+                // A terminal failure: relayed if the client has output, reported either way.
+                "response.failed" => {
+                    self.usage = data.pointer("/response/usage").and_then(answer::usage_of).or(self.usage);
+                    let error = data.pointer("/response/error").filter(|e| !e.is_null()).unwrap_or(&Value::Null);
+                    failure = Some(vendor_error(error));
+                    break;
                 }
                 k if !is_preamble(k) => self.emitted = true,
                 _ => {}
@@ -119,7 +126,7 @@ impl PassThrough {
             if let Ok(data) = serde_json::from_str::<Value>(&ev.data) {
                 if matches!(
                     data.get("type").and_then(Value::as_str),
-                    Some("response.completed" | "response.incomplete" | "response.failed")
+                    Some("response.completed" | "response.incomplete")
                 ) {
                     self.usage = data.pointer("/response/usage").and_then(answer::usage_of).or(self.usage);
                     self.done = true;

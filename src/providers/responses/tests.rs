@@ -320,6 +320,26 @@ fn passthrough_stream_errors_before_content_may_fall_back() {
 }
 
 #[test]
+fn passthrough_response_failed_is_a_failure_with_its_usage() {
+    let sse = fixture!("responses_stream_text.sse");
+    let upto = sse.find("event: response.output_text.done").unwrap();
+    let failed = "event: response.failed\ndata: {\"type\":\"response.failed\",\"sequence_number\":8,\"response\":{\"status\":\"failed\",\"error\":{\"code\":\"server_error\",\"message\":\"The model failed.\"},\"usage\":{\"input_tokens\":10,\"output_tokens\":3}}}\n\n";
+    let mut t = PassThrough::new();
+    let mut out = Vec::new();
+    assert!(t.feed(&sse.as_bytes()[..upto], &mut out).is_none());
+    let err = t.feed(failed.as_bytes(), &mut out).unwrap();
+    assert_eq!((err.class, err.message.as_str()), (ErrorClass::ServerError, "The model failed."));
+    assert!(out.ends_with(failed.as_bytes()), "relayed as the vendor sent it");
+    assert!(t.error_event(&crate::http::error::ApiError::bad_gateway("x")).is_empty());
+    assert_eq!(t.usage().map(|u| (u.input, u.output)), Some((10, 3)));
+    // Before any output it is held back: the request may still fall back.
+    let mut t = PassThrough::new();
+    let mut out = Vec::new();
+    assert!(t.feed(failed.as_bytes(), &mut out).is_some());
+    assert!(out.is_empty() && !t.emitted_any());
+}
+
+#[test]
 fn passthrough_json_keeps_body_and_reads_usage() {
     let body = fixture!("responses_response_reasoning.json");
     let (text, usage) = translate_passthrough(body.as_bytes()).unwrap();
