@@ -40,6 +40,15 @@ pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
             },
             Err(e) => Err(e),
         },
+        (Method::Post, "/v1/responses/input_tokens") => {
+            match auth::authenticate(&req, &env, &request_id, started_ms).await {
+                Ok(rc) => match http::io::read_body(&mut req).await {
+                    Ok(body) => responses::input_tokens(rc, body, &env, &ctx).await,
+                    Err(e) => Err(e),
+                },
+                Err(e) => Err(e),
+            }
+        }
         (Method::Get, p) if p.starts_with("/v1/responses/") => Err(responses::not_stored()),
         (Method::Post, "/v1/embeddings") => match auth::authenticate(&req, &env, &request_id, started_ms).await {
             Ok(rc) => match http::io::read_body(&mut req).await {

@@ -130,6 +130,59 @@ pub async fn create(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context)
     Ok(response)
 }
 
+/// `POST /v1/responses/input_tokens`: counted by the first deployment that speaks the Responses
+/// API (the request is not translated; counting is not billed, so its usage event has 0 tokens).
+pub async fn input_tokens(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context) -> Result<Response, ApiError> {
+    let req = parse(&body)?;
+    let requested = req.get("model").and_then(Value::as_str).unwrap_or_default().to_string();
+    let logical = rc.task.clone().unwrap_or(requested);
+    let table = route::table(env, &rc).await?;
+    let model = route::model(&table, &rc, &logical)?;
+    let chain = table.chain(&logical, rc.random, rc.session_id.as_deref()).unwrap_or_default();
+    let mut outcome = RequestOutcome::new(&rc, &logical, false);
+    outcome.ingress = Ingress::Responses;
+    let shape = RequestShape { text_chars: body.len(), messages: 1, max_output: Some(0) };
+    outcome.shape = Some(shape);
+    let trip = Trip {
+        rc: &rc,
+        logical_model: &logical,
+        model,
+        chain,
+        body: &body,
+        stream: false,
+        shape,
+        needs: Needs::default(),
+        outcome,
+        cache: None,
+        unserved: "No deployment of this model can count input tokens.",
+    };
+    run::run(trip, &InputTokensStep, env, ctx).await
+}
+
+/// Counting: only deployments that declare the Responses API.
+pub struct InputTokensStep;
+
+impl VendorStep for InputTokensStep {
+    fn build(&self, deployment: &Deployment, body: &[u8], credential: &str) -> Result<UpstreamCall, ApiError> {
+        if !deployment.accepts(Api::Responses) {
+            return Err(ApiError::invalid_request(
+                codes::UNSUPPORTED_ENDPOINT,
+                "Counting input tokens needs a deployment that declares the Responses API (\"apis\": [\"responses\"]); this model has none.",
+            ));
+        }
+        responses::build_input_tokens(deployment, body, credential)
+    }
+
+    fn translate(&self, _deployment: &Deployment, body: &[u8], _now_ms: u64) -> Result<Answer, UpstreamError> {
+        let body = responses::translate_input_tokens(body)?;
+        Ok(Answer { body, usage: Some(Usage::default()) })
+    }
+
+    fn stream(&self, _deployment: &Deployment, _now_ms: u64) -> Box<dyn ClientStream> {
+        Box::new(ResponsesStream::Pass(PassThrough::new()))
+    }
+}
+
 /// Pass-through to Responses deployments, translation through chat completions to the others.
 pub struct ResponsesStep<'a> {
     pub chat: Result<&'a ChatRequest, &'a ApiError>,

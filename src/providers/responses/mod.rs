@@ -28,6 +28,23 @@ pub fn build_passthrough(dep: &Deployment, body: &[u8], credential: &str) -> Res
     Ok(UpstreamCall { url: endpoint(&dep.base_url, "/responses"), headers: headers(dep, credential, &[]), body })
 }
 
+/// `POST /responses/input_tokens` with the client's body, the model spliced as for `/responses`.
+pub fn build_input_tokens(dep: &Deployment, body: &[u8], credential: &str) -> Result<UpstreamCall, ApiError> {
+    let mut call = build_passthrough(dep, body, credential)?;
+    call.url = endpoint(&dep.base_url, "/responses/input_tokens");
+    Ok(call)
+}
+
+/// A vendor's input-token count, passed through as is.
+pub fn translate_input_tokens(body: &[u8]) -> Result<String, UpstreamError> {
+    let value = read_json(body)?;
+    if value.get("input_tokens").and_then(|n| n.as_u64()).is_none() {
+        return Err(UpstreamError::malformed(200, "the upstream answer carries no input_tokens count"));
+    }
+    String::from_utf8(body.to_vec())
+        .map_err(|_| UpstreamError::malformed(200, "the upstream returned a body that is not UTF-8"))
+}
+
 /// A vendor's Responses JSON body, passed through as is, with its usage.
 pub fn translate_passthrough(body: &[u8]) -> Result<(String, Option<Usage>), UpstreamError> {
     let value = read_json(body)?;

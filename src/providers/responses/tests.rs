@@ -364,6 +364,17 @@ fn passthrough_request_splices_only_the_model() {
 }
 
 #[test]
+fn input_tokens_go_to_their_own_path_and_come_back_unchanged() {
+    let dep = deployment("openai");
+    let call = build_input_tokens(&dep, br#"{"model":"m","input":"hi"}"#, "k").unwrap();
+    assert_eq!(call.url, "https://api.openai.com/v1/responses/input_tokens");
+    assert_eq!(call.body, r#"{"model":"gpt-4o-mini","input":"hi"}"#);
+    let body = r#"{"object": "response.input_tokens", "input_tokens": 11}"#;
+    assert_eq!(translate_input_tokens(body.as_bytes()).unwrap(), body);
+    assert!(translate_input_tokens(br#"{"object": "response"}"#).is_err());
+}
+
+#[test]
 fn usage_reader_tolerates_partial_objects() {
     assert_eq!(usage_of(&json!(null)), None);
     assert_eq!(usage_of(&json!({})), None);

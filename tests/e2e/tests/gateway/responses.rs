@@ -292,6 +292,27 @@ fn prompt_cache_key_keeps_a_session_on_one_deployment() {
 }
 
 #[test]
+fn input_tokens_are_counted_by_a_responses_deployment() {
+    let s = stack();
+    let body = json!({"model": "resp-native", "instructions": "Be brief.", "input": "Count me, please."});
+    let counted = post(&s.url("/v1/responses/input_tokens"), KEY, &body);
+    assert_eq!(counted.status, 200, "{}", counted.body);
+    assert_eq!(counted.json()["object"], "response.input_tokens");
+    assert_eq!(s.upstream_last(&counted)["path"], "/v1/responses/input_tokens");
+    let created = post(&s.url("/v1/responses"), KEY, &body);
+    assert_eq!(counted.json()["input_tokens"], created.json()["usage"]["input_tokens"]);
+    let e = usage_event(s, counted.header("x-request-id").unwrap());
+    assert_eq!(
+        (e["input_tokens"].clone(), e["output_tokens"].clone(), e["estimated"].clone()),
+        (json!(0), json!(0), json!(false)),
+        "counting is not billed"
+    );
+    let r = post(&s.url("/v1/responses/input_tokens"), KEY, &json!({"model": "resp-chat", "input": "x"}));
+    assert_eq!(r.error(400)["code"], "unsupported_endpoint");
+    assert!(s.upstream_calls(&r).is_empty());
+}
+
+#[test]
 fn errors_are_openai_format() {
     let s = stack();
     let r = post(
