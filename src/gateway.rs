@@ -6,6 +6,7 @@ use crate::endpoints;
 use crate::endpoints::admin;
 use crate::endpoints::chat;
 use crate::endpoints::embeddings;
+use crate::endpoints::responses;
 use crate::http;
 use crate::http::error::ApiError;
 use crate::idempotency;
@@ -27,11 +28,28 @@ pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
         },
         (Method::Post, "/v1/chat/completions") => match auth::authenticate(&req, &env, &request_id, started_ms).await {
             Ok(rc) => match http::io::read_body(&mut req).await {
-                Ok(body) => idempotent(&req, rc, body, &env, &ctx).await,
+                Ok(body) => idempotent(&req, rc, body, &env, &ctx, Door::Chat).await,
                 Err(e) => Err(e),
             },
             Err(e) => Err(e),
         },
+        (Method::Post, "/v1/responses") => match auth::authenticate(&req, &env, &request_id, started_ms).await {
+            Ok(rc) => match http::io::read_body(&mut req).await {
+                Ok(body) => idempotent(&req, rc, body, &env, &ctx, Door::Responses).await,
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e),
+        },
+        (Method::Post, "/v1/responses/input_tokens") => {
+            match auth::authenticate(&req, &env, &request_id, started_ms).await {
+                Ok(rc) => match http::io::read_body(&mut req).await {
+                    Ok(body) => responses::input_tokens(rc, body, &env, &ctx).await,
+                    Err(e) => Err(e),
+                },
+                Err(e) => Err(e),
+            }
+        }
+        (Method::Get, p) if p.starts_with("/v1/responses/") => Err(responses::not_stored()),
         (Method::Post, "/v1/embeddings") => match auth::authenticate(&req, &env, &request_id, started_ms).await {
             Ok(rc) => match http::io::read_body(&mut req).await {
                 Ok(body) => embeddings::create(rc, body, &env, &ctx).await,
@@ -39,7 +57,7 @@ pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
             },
             Err(e) => Err(e),
         },
-        (_, "/v1/models" | "/v1/chat/completions" | "/v1/embeddings" | "/healthz") => {
+        (_, "/v1/models" | "/v1/chat/completions" | "/v1/embeddings" | "/v1/responses" | "/healthz") => {
             Err(ApiError::method_not_allowed(&format!("{method:?}").to_uppercase(), &path))
         }
         _ => Err(ApiError::not_found(&path)),
@@ -53,17 +71,31 @@ pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
     }
 }
 
-/// Chat completions behind the `Idempotency-Key` gate.
+/// The doors behind the `Idempotency-Key` gate.
+#[derive(Clone, Copy)]
+enum Door {
+    Chat,
+    Responses,
+}
+
+async fn door(door: Door, rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context) -> Result<Response, ApiError> {
+    match door {
+        Door::Chat => chat::completions(rc, body, env, ctx).await,
+        Door::Responses => responses::create(rc, body, env, ctx).await,
+    }
+}
+
 async fn idempotent(
     req: &Request,
     rc: RequestContext,
     body: Vec<u8>,
     env: &Env,
     ctx: &Context,
+    which: Door,
 ) -> Result<Response, ApiError> {
     match idempotency::gate::enter(req, env, &rc.key.tenant, &rc.request_id, &body).await? {
-        Entry::Open => chat::completions(rc, body, env, ctx).await,
+        Entry::Open => door(which, rc, body, env, ctx).await,
         Entry::Replay(response) => Ok(response),
-        Entry::Proceed(claim) => claim.finish(chat::completions(rc, body, env, ctx).await).await,
+        Entry::Proceed(claim) => claim.finish(door(which, rc, body, env, ctx).await).await,
     }
 }

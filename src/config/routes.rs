@@ -140,6 +140,34 @@ pub struct Deployment {
     /// Output tokens requested when the client sets no max (Anthropic requires one).
     #[serde(default)]
     pub default_max_tokens: Option<u32>,
+    /// The vendor APIs this deployment accepts; empty means its provider's usual ones (chat and
+    /// embeddings for `openai`, Messages for `anthropic`). `responses` turns on Responses pass-through.
+    #[serde(default)]
+    pub apis: Vec<Api>,
+}
+
+/// A vendor API a deployment may declare in `apis`.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Api {
+    /// `POST /chat/completions` (or, for Anthropic, its Messages API behind chat translation).
+    Chat,
+    Embeddings,
+    /// OpenAI's `POST /responses`.
+    Responses,
+}
+
+impl Deployment {
+    /// Whether the deployment accepts `api` natively.
+    pub fn accepts(&self, api: Api) -> bool {
+        if self.apis.is_empty() {
+            return match self.provider {
+                ProviderKind::Openai => matches!(api, Api::Chat | Api::Embeddings),
+                ProviderKind::Anthropic => api == Api::Chat,
+            };
+        }
+        self.apis.contains(&api)
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq, Default)]
@@ -333,6 +361,11 @@ impl RouteTable {
                 }
             }
         }
+        self.deployment_problems(text, &mut out);
+        out
+    }
+
+    fn deployment_problems(&self, text: &str, out: &mut Vec<RouteTableError>) {
         for (id, d) in &self.deployments {
             if !(d.base_url.starts_with("https://") || d.base_url.starts_with("http://")) {
                 out.push(RouteTableError {
@@ -346,6 +379,12 @@ impl RouteTable {
                     message: format!("deployment '{id}' limits: {problem}"),
                 });
             }
+            if d.provider == ProviderKind::Anthropic && d.apis.iter().any(|a| *a != Api::Chat) {
+                out.push(RouteTableError {
+                    line: line_of(text, &format!("\"{id}\"")),
+                    message: format!("deployment '{id}' is anthropic: its apis may only list \"chat\""),
+                });
+            }
             if d.credential.is_empty() || d.credential.contains(char::is_whitespace) {
                 out.push(RouteTableError {
                     line: line_of(text, &format!("\"{id}\"")),
@@ -353,7 +392,6 @@ impl RouteTable {
                 });
             }
         }
-        out
     }
 
     /// The deployments to try for a logical model, in order (weights drawn from `random`, or
@@ -467,5 +505,24 @@ mod tests {
         );
         let t = RouteTable::parse(&t).unwrap();
         assert_eq!(t.deployments["an"].auth, AuthScheme::Header { name: "api-key".into() });
+    }
+
+    #[test]
+    fn apis_default_by_provider_and_responses_only_for_openai() {
+        let t = RouteTable::parse(TABLE).unwrap();
+        let (oa, an) = (&t.deployments["oa"], &t.deployments["an"]);
+        assert!(oa.accepts(Api::Chat) && oa.accepts(Api::Embeddings) && !oa.accepts(Api::Responses));
+        assert!(an.accepts(Api::Chat) && !an.accepts(Api::Responses));
+        let t = TABLE.replace(
+            "\"credential\": \"OPENAI_API_KEY\"}",
+            "\"credential\": \"OPENAI_API_KEY\", \"apis\": [\"responses\"]}",
+        );
+        let oa = RouteTable::parse(&t).unwrap().deployments["oa"].clone();
+        assert!(oa.accepts(Api::Responses) && !oa.accepts(Api::Chat));
+        let bad = TABLE.replace("\"auth\": {\"scheme\": \"default\"}", "\"apis\": [\"responses\"]");
+        let errs = RouteTable::parse(&bad).unwrap_err();
+        assert!(errs.iter().any(|e| e.message.contains("'an' is anthropic")), "{errs:?}");
+        let typo = TABLE.replace("\"auth\": {\"scheme\": \"default\"}", "\"apis\": [\"responsess\"]");
+        assert!(RouteTable::parse(&typo).is_err());
     }
 }

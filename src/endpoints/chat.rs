@@ -6,8 +6,9 @@ use crate::cache;
 use crate::cache::policy::CachedAnswer;
 use crate::cache::store::CacheUse;
 use crate::canonical::ChatRequest;
-use crate::config::routes::Deployment;
+use crate::config::routes::{Api, Deployment};
 use crate::endpoints::route;
+use crate::http::codes;
 use crate::http::error::ApiError;
 use crate::http::io;
 use crate::pipeline::gate::Needs;
@@ -69,6 +70,12 @@ pub struct ChatStep<'a> {
 
 impl VendorStep for ChatStep<'_> {
     fn build(&self, deployment: &Deployment, _body: &[u8], credential: &str) -> Result<UpstreamCall, ApiError> {
+        if !deployment.accepts(Api::Chat) {
+            return Err(ApiError::invalid_request(
+                codes::UNSUPPORTED_ENDPOINT,
+                "This model's deployment does not accept chat completions.",
+            ));
+        }
         providers::build_chat(deployment, self.chat, credential, deployment.quirks.stream_options)
     }
 

@@ -2,7 +2,7 @@
 //! same pipeline as chat (retries, capability gate, decision log) with the embeddings vendor step.
 
 use crate::auth::context::RequestContext;
-use crate::config::routes::Deployment;
+use crate::config::routes::{Api, Deployment};
 use crate::endpoints::route;
 use crate::http::codes;
 use crate::http::error::ApiError;
@@ -10,8 +10,8 @@ use crate::pipeline::gate::Needs;
 use crate::pipeline::run::{self, Trip};
 use crate::pipeline::step::{Answer, ClientStream, VendorStep};
 use crate::providers::{self, StreamTranslator, UpstreamCall, UpstreamError};
-use crate::usage::record::RequestOutcome;
 use crate::usage::record::RequestShape;
+use crate::usage::record::{Ingress, RequestOutcome};
 use serde_json::Value;
 use worker::{Context, Env, Response};
 
@@ -66,6 +66,7 @@ pub async fn create(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context)
     let model = route::model(&table, &rc, &logical)?;
     let shape = RequestShape { text_chars: chars, messages: 0, max_output: Some(0) };
     let mut outcome = RequestOutcome::new(&rc, &logical, false);
+    outcome.ingress = Ingress::Embeddings;
     outcome.shape = Some(shape);
     let trip = Trip {
         rc: &rc,
@@ -90,6 +91,12 @@ pub struct EmbeddingsStep<'a> {
 
 impl VendorStep for EmbeddingsStep<'_> {
     fn build(&self, deployment: &Deployment, _body: &[u8], credential: &str) -> Result<UpstreamCall, ApiError> {
+        if !deployment.accepts(Api::Embeddings) {
+            return Err(ApiError::invalid_request(
+                codes::UNSUPPORTED_ENDPOINT,
+                "This model's deployment does not accept embeddings.",
+            ));
+        }
         providers::build_embeddings(deployment, self.request, credential)
     }
 

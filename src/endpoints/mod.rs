@@ -5,4 +5,5 @@ pub mod admin;
 pub mod chat;
 pub mod embeddings;
 pub mod models;
+pub mod responses;
 pub mod route;

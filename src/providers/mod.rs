@@ -14,6 +14,7 @@ mod anthropic;
 mod error_class;
 mod openai;
 pub mod rate_headers;
+pub mod responses;
 mod retry_after;
 #[cfg(test)]
 mod stream_split_tests;

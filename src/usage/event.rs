@@ -13,7 +13,7 @@ use crate::config::prices::PriceTable;
 use crate::usage::estimate;
 #[cfg(test)]
 use crate::usage::record::CacheHit;
-use crate::usage::record::{Attempt, RequestOutcome, RequestShape};
+use crate::usage::record::{Attempt, Ingress, RequestOutcome, RequestShape};
 use crate::usage::tags;
 #[cfg(test)]
 use crate::usage::tags::{merge_tags, metadata_tags, parse_tags_header};
@@ -125,6 +125,9 @@ pub struct UsageEvent {
     /// request's own cost took it past (see docs/budgets.md).
     #[serde(default)]
     pub budget_soft_exceeded: bool,
+    /// The door the request came in through (`chat_completions`, `embeddings`, `messages`, `responses`).
+    #[serde(default)]
+    pub ingress: Ingress,
     pub attempts: Vec<AttemptEvent>,
 }
 
@@ -254,6 +257,7 @@ impl UsageEvent {
             avoided_tokens,
             avoided_cost_micro_usd,
             budget_soft_exceeded: o.budget.as_ref().is_some_and(|b| b.soft_exceeded),
+            ingress: o.ingress,
             attempts,
         }
     }
@@ -317,6 +321,7 @@ mod tests {
             finished_ms: None,
             cache_hit: None,
             budget: None,
+            ingress: Ingress::default(),
         }
     }
 
@@ -541,7 +546,13 @@ mod tests {
         let mut v = serde_json::to_value(&e).unwrap();
         assert_eq!(v["budget_soft_exceeded"], true);
         v.as_object_mut().unwrap().remove("budget_soft_exceeded");
-        assert!(!serde_json::from_value::<UsageEvent>(v).unwrap().budget_soft_exceeded, "older lines read as false");
+        assert!(
+            !serde_json::from_value::<UsageEvent>(v.clone()).unwrap().budget_soft_exceeded,
+            "older lines read as false"
+        );
+        assert_eq!(v["ingress"], "chat_completions");
+        v.as_object_mut().unwrap().remove("ingress");
+        assert_eq!(serde_json::from_value::<UsageEvent>(v).unwrap().ingress, Ingress::ChatCompletions, "older lines");
     }
 
     #[test]

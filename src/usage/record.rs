@@ -12,6 +12,17 @@ use serde::Deserialize;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
+/// The public API (door) a request came in through, as usage events name it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ingress {
+    #[default]
+    ChatCompletions,
+    Embeddings,
+    Messages,
+    Responses,
+}
+
 /// What the limiter's token estimate was computed from, kept to re-derive it for billing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RequestShape {
@@ -118,6 +129,8 @@ pub struct RequestOutcome {
     pub cache_hit: Option<CacheHit>,
     /// The tenant budget's reservation for this request, settled with the actual cost at the end.
     pub budget: Option<BudgetClaim>,
+    /// The door the request came in through.
+    pub ingress: Ingress,
 }
 
 impl RequestOutcome {
@@ -139,6 +152,7 @@ impl RequestOutcome {
             finished_ms: None,
             cache_hit: None,
             budget: None,
+            ingress: Ingress::default(),
         }
     }
 

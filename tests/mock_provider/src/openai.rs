@@ -200,11 +200,16 @@ pub fn plan(call: &Call, f: &Faults) -> Plan {
     Plan { id: reply::id("chatcmpl-"), created: reply::unix_ms() / 1000, model: call.model.clone(), output, usage }
 }
 
-/// The named tool from `tool_choice`, else the first tool; none for `"none"`.
+/// The named tool from `tool_choice`, else the first tool; none for `"none"`, and none once
+/// `messages` hold a tool result (one tool call per conversation, so an agent's loop ends).
 fn chosen_tool(body: &Value) -> Option<(String, Option<&Value>)> {
     let tools = body.get("tools")?.as_array().filter(|t| !t.is_empty())?;
     let choice = body.get("tool_choice");
     if choice.and_then(Value::as_str) == Some("none") {
+        return None;
+    }
+    let messages = body.get("messages").and_then(Value::as_array).into_iter().flatten();
+    if messages.clone().any(|m| m.get("role").and_then(Value::as_str) == Some("tool")) {
         return None;
     }
     let function = |t: &'_ Value| t.get("function").cloned().unwrap_or(Value::Null);
@@ -434,6 +439,18 @@ mod tests {
         assert!(frags.len() >= 3);
         assert_eq!(frags.concat(), args);
         assert_eq!(data(&ev[ev.len() - 2])["choices"][0]["finish_reason"], "tool_calls");
+    }
+
+    #[test]
+    fn tool_result_gets_a_text_answer() {
+        let tools: Value = serde_json::from_str(WEATHER).unwrap();
+        let messages = json!([
+            {"role": "user", "content": "Weather?"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}
+        ]);
+        let p = plan_for(json!({"model": "m", "messages": messages, "tools": tools}));
+        assert!(matches!(p.output, Output::Text(_)));
     }
 
     #[test]

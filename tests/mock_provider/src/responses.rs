@@ -58,6 +58,19 @@ pub fn create(call: &Call, f: &Faults) -> Response {
     Response::json(200, &response(&plan, if plan.incomplete() { "incomplete" } else { "completed" }, true))
 }
 
+/// `POST /v1/responses/input_tokens`: the `input_tokens` the same body would report at
+/// `/v1/responses` without the `cached` fault.
+pub fn input_tokens(call: &Call, _: &Faults) -> Response {
+    if call.model.is_empty() {
+        return missing("model");
+    }
+    if !call.body.get("input").is_some_and(|i| i.is_string() || i.is_array()) {
+        return missing("input");
+    }
+    let chars = PROMPT_FIELDS.iter().filter_map(|k| call.body.get(k)).map(tokens::text_chars).sum();
+    Response::json(200, &json!({"object": "response.input_tokens", "input_tokens": tokens::tokens_for_chars(chars)}))
+}
+
 fn missing(param: &str) -> Response {
     let message = format!("Missing required parameter: '{param}'.");
     openai::error(400, &message, "invalid_request_error", Some(param), Some("missing_required_parameter"))
@@ -305,6 +318,23 @@ mod tests {
         assert_eq!(cut["incomplete_details"], json!({"reason": "max_output_tokens"}));
         assert_eq!(run(json!({"model": "m"})).status, 400);
         assert_eq!(run(json!({"input": "x"})).body_json().unwrap()["error"]["param"], "model");
+    }
+
+    #[test]
+    fn input_tokens_match_the_response_usage() {
+        let body = json!({"model": "gpt-x", "input": "hello", "instructions": "be brief", "tools": tools()});
+        let req = Request {
+            method: "POST".into(),
+            path: "/v1/responses/input_tokens".into(),
+            headers: vec![("authorization".into(), "Bearer k".into())],
+            ..Request::default()
+        };
+        let counted = respond(Api::OpenAi, &Call::new(&req, body.clone(), 1, None), input_tokens).body_json().unwrap();
+        let created = run(body).body_json().unwrap();
+        assert_eq!(counted["object"], "response.input_tokens");
+        assert_eq!(counted["input_tokens"], created["usage"]["input_tokens"]);
+        let missing = respond(Api::OpenAi, &Call::new(&req, json!({"model": "m"}), 1, None), input_tokens);
+        assert_eq!(missing.status, 400);
     }
 
     #[test]

@@ -32,6 +32,7 @@ fn vendor_response(req: &Request, call: &Call) -> Response {
     match (req.method.as_str(), req.path.as_str()) {
         ("POST", "/v1/chat/completions") => vendor::respond(Api::OpenAi, call, openai::chat),
         ("POST", "/v1/responses") => vendor::respond(Api::OpenAi, call, responses::create),
+        ("POST", "/v1/responses/input_tokens") => vendor::respond(Api::OpenAi, call, responses::input_tokens),
         ("POST", "/v1/embeddings") => vendor::respond(Api::OpenAi, call, embeddings::create),
         ("POST", "/v1/messages") => vendor::respond(Api::Anthropic, call, anthropic::messages),
         ("POST", "/v1/messages/count_tokens") => vendor::respond(Api::Anthropic, call, anthropic::count_tokens),

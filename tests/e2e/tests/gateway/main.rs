@@ -8,6 +8,7 @@ mod errors;
 mod hostile;
 mod layers;
 mod limits;
+mod responses;
 mod routing;
 mod streaming;
 mod usage;

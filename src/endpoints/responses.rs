@@ -1,0 +1,285 @@
+//! `POST /v1/responses`: the OpenAI Responses API door (Codex, the Agents SDK). Deployments that
+//! declare `"apis": ["responses"]` get the client's body with only the model spliced and their
+//! events relayed unchanged; the others get it translated to chat completions (and, through the
+//! chat adapters, to Anthropic), answered back as a response object or Responses events. The
+//! gateway stores nothing: `previous_response_id` and `conversation` are refused (docs/responses.md).
+
+use crate::auth::context::RequestContext;
+use crate::canonical::usage::Usage;
+use crate::canonical::ChatRequest;
+use crate::config::routes::{Api, Deployment};
+use crate::endpoints::route;
+use crate::http::codes;
+use crate::http::error::ApiError;
+use crate::pipeline::gate::Needs;
+use crate::pipeline::run::{self, Trip};
+use crate::pipeline::step::{Answer, ClientStream, VendorStep};
+use crate::providers::responses::stream::{FromChat, PassThrough};
+use crate::providers::responses::{self, answer, request};
+use crate::providers::{self, StreamEnd, StreamTranslator, UpstreamCall, UpstreamError};
+use crate::usage::record::{Ingress, RequestOutcome, RequestShape};
+use serde_json::{Map, Value};
+use worker::{Context, Env, Response};
+
+/// The header naming what a translated request left out (tools, reasoning items).
+pub const WARNING_HEADER: &str = "x-gateway-warning";
+
+/// `GET /v1/responses/{id}`: nothing is stored to retrieve.
+pub fn not_stored() -> ApiError {
+    ApiError::invalid_request(
+        codes::UNSUPPORTED_ENDPOINT,
+        "This gateway does not store responses, so they cannot be retrieved. Send the whole conversation \
+         in 'input' on every request (with \"store\": false).",
+    )
+}
+
+/// A Responses request checked for what every deployment needs: a JSON object with a model and input.
+pub fn parse(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| {
+        ApiError::invalid_request(codes::INVALID_JSON, format!("The request body is not valid JSON: {e}"))
+    })?;
+    let Value::Object(req) = value else {
+        return Err(ApiError::invalid_request(codes::INVALID_TYPE, "The request body must be a JSON object."));
+    };
+    match req.get("model") {
+        Some(Value::String(m)) if !m.is_empty() => {}
+        Some(_) => {
+            return Err(ApiError::invalid_request(codes::INVALID_TYPE, "'model' must be a string.").with_param("model"))
+        }
+        None => {
+            return Err(ApiError::invalid_request(
+                codes::MISSING_REQUIRED_PARAMETER,
+                "Missing required parameter: 'model'.",
+            )
+            .with_param("model"))
+        }
+    }
+    for param in ["previous_response_id", "conversation"] {
+        if req.get(param).is_some_and(|v| !v.is_null()) {
+            return Err(request::stateless_only(param));
+        }
+    }
+    if req.get("input").is_none_or(Value::is_null) {
+        return Err(ApiError::invalid_request(
+            codes::MISSING_REQUIRED_PARAMETER,
+            "Missing required parameter: 'input'.",
+        )
+        .with_param("input"));
+    }
+    Ok(req)
+}
+
+pub async fn create(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context) -> Result<Response, ApiError> {
+    let req = parse(&body)?;
+    let stream = req.get("stream") == Some(&Value::Bool(true));
+    let requested = req.get("model").and_then(Value::as_str).unwrap_or_default().to_string();
+    let logical = rc.task.clone().unwrap_or(requested);
+    // The chat form is needed only if a chat deployment is tried; its error waits until then.
+    let plan = request::to_chat(&req);
+    let chat = plan.as_ref().map_err(Clone::clone).and_then(|p| ChatRequest::parse(p.chat.to_string().as_bytes()));
+    let table = route::table(env, &rc).await?;
+    let model = route::model(&table, &rc, &logical)?;
+    // Codex's `prompt_cache_key` is its session id: the session keeps one deployment while healthy.
+    let session = rc.session_id.as_deref().or_else(|| req.get("prompt_cache_key").and_then(Value::as_str));
+    let chain = table.chain(&logical, rc.random, session).unwrap_or_default();
+    let mut outcome = RequestOutcome::new(&rc, &logical, stream);
+    outcome.ingress = Ingress::Responses;
+    let shape = match &chat {
+        Ok(chat) => {
+            let mut described = chat.clone();
+            described.metadata = req.get("metadata").and_then(Value::as_object).cloned();
+            outcome.describe(&described);
+            outcome.shape.unwrap_or(RequestShape { text_chars: body.len(), messages: 1, max_output: None })
+        }
+        Err(_) => {
+            let max_output = req.get("max_output_tokens").and_then(Value::as_u64);
+            RequestShape { text_chars: body.len(), messages: 1, max_output }
+        }
+    };
+    outcome.shape = Some(shape);
+    let needs = match &chat {
+        Ok(chat) => Needs {
+            tools: chat.needs_tools(),
+            json_mode: chat.needs_json(),
+            vision: chat.needs_vision(),
+            context_tokens: 0,
+        },
+        Err(_) => Needs::default(),
+    };
+    let trip = Trip {
+        rc: &rc,
+        logical_model: &logical,
+        model,
+        chain,
+        body: &body,
+        stream,
+        shape,
+        needs,
+        outcome,
+        cache: None,
+        unserved: "No deployment of this model can serve this request.",
+    };
+    let step = ResponsesStep { chat: chat.as_ref(), template: answer::template(&req) };
+    let mut response = run::run(trip, &step, env, ctx).await?;
+    let warning = plan.ok().and_then(|p| p.warning());
+    let served = response.headers().get("x-gateway-deployment").ok().flatten();
+    let translated = served.and_then(|id| table.deployments.get(&id)).is_some_and(|d| !d.accepts(Api::Responses));
+    if let (Some(warning), true) = (warning, translated) {
+        let _ = response.headers_mut().set(WARNING_HEADER, &warning);
+    }
+    Ok(response)
+}
+
+/// `POST /v1/responses/input_tokens`: counted by the first deployment that speaks the Responses
+/// API (the request is not translated; counting is not billed, so its usage event has 0 tokens).
+pub async fn input_tokens(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context) -> Result<Response, ApiError> {
+    let req = parse(&body)?;
+    let requested = req.get("model").and_then(Value::as_str).unwrap_or_default().to_string();
+    let logical = rc.task.clone().unwrap_or(requested);
+    let table = route::table(env, &rc).await?;
+    let model = route::model(&table, &rc, &logical)?;
+    let chain = table.chain(&logical, rc.random, rc.session_id.as_deref()).unwrap_or_default();
+    let mut outcome = RequestOutcome::new(&rc, &logical, false);
+    outcome.ingress = Ingress::Responses;
+    let shape = RequestShape { text_chars: body.len(), messages: 1, max_output: Some(0) };
+    outcome.shape = Some(shape);
+    let trip = Trip {
+        rc: &rc,
+        logical_model: &logical,
+        model,
+        chain,
+        body: &body,
+        stream: false,
+        shape,
+        needs: Needs::default(),
+        outcome,
+        cache: None,
+        unserved: "No deployment of this model can count input tokens.",
+    };
+    run::run(trip, &InputTokensStep, env, ctx).await
+}
+
+/// Counting: only deployments that declare the Responses API.
+pub struct InputTokensStep;
+
+impl VendorStep for InputTokensStep {
+    fn build(&self, deployment: &Deployment, body: &[u8], credential: &str) -> Result<UpstreamCall, ApiError> {
+        if !deployment.accepts(Api::Responses) {
+            return Err(ApiError::invalid_request(
+                codes::UNSUPPORTED_ENDPOINT,
+                "Counting input tokens needs a deployment that declares the Responses API (\"apis\": [\"responses\"]); this model has none.",
+            ));
+        }
+        responses::build_input_tokens(deployment, body, credential)
+    }
+
+    fn translate(&self, _deployment: &Deployment, body: &[u8], _now_ms: u64) -> Result<Answer, UpstreamError> {
+        let body = responses::translate_input_tokens(body)?;
+        Ok(Answer { body, usage: Some(Usage::default()) })
+    }
+
+    fn stream(&self, _deployment: &Deployment, _now_ms: u64) -> Box<dyn ClientStream> {
+        Box::new(ResponsesStream::Pass(PassThrough::new()))
+    }
+}
+
+/// Pass-through to Responses deployments, translation through chat completions to the others.
+pub struct ResponsesStep<'a> {
+    pub chat: Result<&'a ChatRequest, &'a ApiError>,
+    pub template: Value,
+}
+
+impl VendorStep for ResponsesStep<'_> {
+    fn build(&self, deployment: &Deployment, body: &[u8], credential: &str) -> Result<UpstreamCall, ApiError> {
+        if deployment.accepts(Api::Responses) {
+            return responses::build_passthrough(deployment, body, credential);
+        }
+        if !deployment.accepts(Api::Chat) {
+            return Err(ApiError::invalid_request(
+                codes::UNSUPPORTED_ENDPOINT,
+                "This model's deployment accepts neither the Responses API nor chat completions.",
+            ));
+        }
+        let chat = self.chat.map_err(Clone::clone)?;
+        providers::build_chat(deployment, chat, credential, deployment.quirks.stream_options)
+    }
+
+    fn translate(&self, deployment: &Deployment, body: &[u8], now_ms: u64) -> Result<Answer, UpstreamError> {
+        if deployment.accepts(Api::Responses) {
+            let (body, usage) = responses::translate_passthrough(body)?;
+            return Ok(Answer { body, usage });
+        }
+        let completion = providers::translate_chat_response(deployment, body, now_ms / 1000)?;
+        let body =
+            answer::from_chat(&self.template, completion.body.as_bytes(), completion.usage.as_ref(), now_ms / 1000)?;
+        Ok(Answer { body, usage: completion.usage })
+    }
+
+    fn stream(&self, deployment: &Deployment, now_ms: u64) -> Box<dyn ClientStream> {
+        if deployment.accepts(Api::Responses) {
+            return Box::new(ResponsesStream::Pass(PassThrough::new()));
+        }
+        let chat = StreamTranslator::new(deployment, true, now_ms / 1000);
+        Box::new(ResponsesStream::Chat(Box::new(FromChat::new(chat, self.template.clone(), now_ms / 1000))))
+    }
+}
+
+/// The client's Responses event stream, relayed or written from chat chunks.
+pub enum ResponsesStream {
+    Pass(PassThrough),
+    Chat(Box<FromChat>),
+}
+
+impl ClientStream for ResponsesStream {
+    fn feed(&mut self, chunk: &[u8], out: &mut Vec<u8>) -> Option<UpstreamError> {
+        match self {
+            ResponsesStream::Pass(s) => s.feed(chunk, out),
+            ResponsesStream::Chat(s) => s.feed(chunk, out),
+        }
+    }
+
+    fn finish(&mut self, out: &mut Vec<u8>) -> StreamEnd {
+        match self {
+            ResponsesStream::Pass(s) => s.finish(out),
+            ResponsesStream::Chat(s) => s.finish(out),
+        }
+    }
+
+    fn usage(&self) -> Option<Usage> {
+        match self {
+            ResponsesStream::Pass(s) => s.usage(),
+            ResponsesStream::Chat(s) => s.usage(),
+        }
+    }
+
+    fn emitted_any(&self) -> bool {
+        match self {
+            ResponsesStream::Pass(s) => s.emitted_any(),
+            ResponsesStream::Chat(s) => s.emitted_any(),
+        }
+    }
+
+    fn error_event(&self, err: &ApiError) -> Vec<u8> {
+        match self {
+            ResponsesStream::Pass(s) => s.error_event(err),
+            ResponsesStream::Chat(s) => s.error_event(err),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_requires_model_and_input_and_refuses_stored_state() {
+        assert_eq!(parse(br#"{"input":"x"}"#).unwrap_err().param.as_deref(), Some("model"));
+        assert_eq!(parse(br#"{"model":"m"}"#).unwrap_err().param.as_deref(), Some("input"));
+        assert_eq!(parse(b"[1]").unwrap_err().code, "invalid_type");
+        assert_eq!(parse(b"{").unwrap_err().code, "invalid_json");
+        let stored = parse(br#"{"model":"m","input":"x","previous_response_id":"resp_1"}"#).unwrap_err();
+        assert_eq!((stored.status, stored.param.as_deref()), (400, Some("previous_response_id")));
+        assert!(stored.message.contains("\"store\": false"), "{}", stored.message);
+        assert!(parse(br#"{"model":"m","input":"x","previous_response_id":null,"store":false}"#).is_ok());
+    }
+}

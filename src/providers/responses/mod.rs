@@ -1,0 +1,61 @@
+//! The OpenAI Responses API (`POST /v1/responses`) towards vendors: passed through to deployments
+//! that declare `"apis": [..., "responses"]` (body with only the model spliced, events relayed,
+//! usage read from `response.completed` or the JSON body), otherwise translated to chat
+//! completions (`request`) and the answer written back as a response object or events
+//! (`answer`, `stream`). Pure: no clocks, no I/O.
+
+pub mod answer;
+pub mod request;
+mod splice;
+pub mod stream;
+
+pub use splice::splice_model;
+
+use super::{endpoint, headers, read_json, UpstreamCall, UpstreamError};
+use crate::canonical::usage::Usage;
+use crate::config::routes::Deployment;
+use crate::http::codes;
+use crate::http::error::ApiError;
+
+/// The client's body to the vendor's `/responses`, unchanged but for the model name.
+pub fn build_passthrough(dep: &Deployment, body: &[u8], credential: &str) -> Result<UpstreamCall, ApiError> {
+    let text = std::str::from_utf8(body)
+        .map_err(|_| ApiError::invalid_request(codes::INVALID_JSON, "The request body is not valid UTF-8 JSON."))?;
+    let body = splice_model(text, &dep.model).ok_or_else(|| {
+        ApiError::invalid_request(codes::INVALID_TYPE, "'model' must be a string in a JSON object body.")
+            .with_param("model")
+    })?;
+    Ok(UpstreamCall { url: endpoint(&dep.base_url, "/responses"), headers: headers(dep, credential, &[]), body })
+}
+
+/// `POST /responses/input_tokens` with the client's body, the model spliced as for `/responses`.
+pub fn build_input_tokens(dep: &Deployment, body: &[u8], credential: &str) -> Result<UpstreamCall, ApiError> {
+    let mut call = build_passthrough(dep, body, credential)?;
+    call.url = endpoint(&dep.base_url, "/responses/input_tokens");
+    Ok(call)
+}
+
+/// A vendor's input-token count, passed through as is.
+pub fn translate_input_tokens(body: &[u8]) -> Result<String, UpstreamError> {
+    let value = read_json(body)?;
+    if value.get("input_tokens").and_then(|n| n.as_u64()).is_none() {
+        return Err(UpstreamError::malformed(200, "the upstream answer carries no input_tokens count"));
+    }
+    String::from_utf8(body.to_vec())
+        .map_err(|_| UpstreamError::malformed(200, "the upstream returned a body that is not UTF-8"))
+}
+
+/// A vendor's Responses JSON body, passed through as is, with its usage.
+pub fn translate_passthrough(body: &[u8]) -> Result<(String, Option<Usage>), UpstreamError> {
+    let value = read_json(body)?;
+    if value.get("object").and_then(|o| o.as_str()) != Some("response") {
+        return Err(UpstreamError::malformed(200, "the upstream answer is not a Responses API response object"));
+    }
+    let usage = value.get("usage").and_then(answer::usage_of);
+    let text = String::from_utf8(body.to_vec())
+        .map_err(|_| UpstreamError::malformed(200, "the upstream returned a body that is not UTF-8"))?;
+    Ok((text, usage))
+}
+
+#[cfg(test)]
+mod tests;
