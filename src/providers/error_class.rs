@@ -39,6 +39,7 @@ impl ErrorClass {
     }
 
     /// A 429 is not a health problem: it slows the deployment down instead of opening its breaker.
+    /// A vendor refusing the deployment's own credential or model is: it takes it out of rotation.
     pub fn counts_for_breaker(self) -> bool {
         matches!(
             self,
@@ -47,12 +48,15 @@ impl ErrorClass {
                 | ErrorClass::Timeout
                 | ErrorClass::Connection
                 | ErrorClass::EmptyResponse
+                | ErrorClass::Auth
+                | ErrorClass::NotFound
         )
     }
 
-    /// Whether the next deployment in the chain may be tried; a bad request fails the same everywhere.
+    /// Whether the next deployment in the chain may be tried; a bad request fails the same everywhere,
+    /// but a wrong or revoked vendor key is that deployment's fault, not the client's.
     pub fn may_fall_back(self) -> bool {
-        self.retryable() || matches!(self, ErrorClass::QuotaExhausted | ErrorClass::NotFound)
+        self.retryable() || matches!(self, ErrorClass::QuotaExhausted | ErrorClass::NotFound | ErrorClass::Auth)
     }
 
     pub fn as_str(self) -> &'static str {
@@ -462,9 +466,12 @@ mod tests {
         let retryable: Vec<_> = all.iter().filter(|c| c.retryable()).collect();
         assert_eq!(retryable, [&RateLimited, &Overloaded, &ServerError, &Timeout, &Connection, &EmptyResponse]);
         let breaker: Vec<_> = all.iter().filter(|c| c.counts_for_breaker()).collect();
-        assert_eq!(breaker, [&Overloaded, &ServerError, &Timeout, &Connection, &EmptyResponse]);
-        for c in [BadRequest, ContextLengthExceeded, Auth, ContentFilter] {
+        assert_eq!(breaker, [&Overloaded, &ServerError, &Timeout, &Connection, &EmptyResponse, &Auth, &NotFound]);
+        for c in [BadRequest, ContextLengthExceeded, ContentFilter] {
             assert!(!c.retryable() && !c.may_fall_back() && !c.counts_for_breaker(), "{c}");
+        }
+        for c in [Auth, NotFound] {
+            assert!(!c.retryable() && c.may_fall_back() && c.counts_for_breaker(), "{c}: the deployment's fault");
         }
         assert!(!QuotaExhausted.retryable() && QuotaExhausted.may_fall_back());
         assert!(RateLimited.may_fall_back() && !RateLimited.counts_for_breaker());

@@ -114,11 +114,25 @@ fn every_failure_that_may_fall_back_moves_to_the_next_deployment_at_once() {
 
 #[test]
 fn a_client_side_failure_is_final_and_never_falls_back() {
-    for class in [BadRequest, ContextLengthExceeded, ContentFilter, Auth] {
+    for class in [BadRequest, ContextLengthExceeded, ContentFilter] {
         let (steps, p) = run(planner(&["a", "b"], RetryPolicy::default()), &[Then::Fail(class, None)]);
         assert_eq!(tries(&steps), vec![(0, 0)], "{class:?}");
         assert_eq!(stop(&steps), Stop::FinalError, "{class:?}");
         assert_eq!(p.final_error("m", none()).code, failure(class, None).to_api_error().code);
+    }
+}
+
+#[test]
+fn a_vendor_refusing_the_deployments_key_falls_back_but_is_never_retried_there() {
+    for class in [Auth, NotFound] {
+        let (steps, p) = run(planner(&["a", "b"], RetryPolicy::default()), &[Then::Fail(class, None), Then::Serve]);
+        assert_eq!(tries(&steps), vec![(0, 0), (1, 0)], "{class:?}: next deployment at once");
+        assert_eq!(stop(&steps), Stop::Served, "{class:?}");
+        let (steps, p2) =
+            run(planner(&["a", "b"], RetryPolicy::default()), &[Then::Fail(class, None), Then::Fail(class, None)]);
+        assert_eq!(tries(&steps).len(), 2, "{class:?}: no second round on a credential fault");
+        assert_eq!(p2.final_error("m", none()).code, failure(class, None).to_api_error().code);
+        assert_eq!(p.attempts(), 2);
     }
 }
 

@@ -99,3 +99,17 @@ fn admin_status_needs_the_admin_token_and_shows_limiter_state() {
     assert!(limiter["breaker"].is_object(), "{v}");
     assert!(limiter["buckets"].is_object(), "{v}");
 }
+
+#[test]
+fn a_deployment_whose_vendor_key_is_refused_falls_back_and_the_client_never_sees_a_401() {
+    let s = stack();
+    for _ in 0..2 {
+        let r = post(&s.url("/v1/chat/completions"), KEY, &hello("wrong-vendor-key-first"));
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert_eq!(r.header("x-gateway-deployment"), Some("oa-after-401"));
+        assert_eq!(r.header("x-gateway-attempts"), Some("2"));
+        let calls = s.upstream_calls(&r);
+        let models: Vec<_> = calls.iter().map(|c| c["body"]["model"].as_str().unwrap_or("").to_string()).collect();
+        assert_eq!(models, ["e2e-401+status=401", "e2e-after-401"], "tried once, never retried on the bad key");
+    }
+}
