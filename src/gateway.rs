@@ -10,6 +10,7 @@ use crate::http;
 use crate::http::error::ApiError;
 use crate::idempotency;
 use crate::idempotency::gate::Entry;
+use crate::providers::passthrough::MessagesCall;
 use crate::support::clock::now_ms;
 use worker::{Context, Env, Method, Request, Response};
 
@@ -18,6 +19,15 @@ pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
     let started_ms = now_ms();
     let path = req.path();
     let method = req.method();
+    // The Messages door answers in Anthropic's format, errors included.
+    let messages_call = match path.as_str() {
+        "/v1/messages" => Some(MessagesCall::Create),
+        "/v1/messages/count_tokens" => Some(MessagesCall::CountTokens),
+        _ => None,
+    };
+    if let (Method::Post, Some(call)) = (&method, messages_call) {
+        return endpoints::messages::serve(req, call, &env, &ctx, &request_id, started_ms).await;
+    }
     let result = match (method.clone(), path.as_str()) {
         (Method::Get, "/admin/status") => admin::status(&req, &env, started_ms).await,
         (Method::Get, "/healthz") => http::io::json_response(200, br#"{"status":"ok"}"#.to_vec()),
@@ -39,7 +49,7 @@ pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
             },
             Err(e) => Err(e),
         },
-        (_, "/v1/models" | "/v1/chat/completions" | "/v1/embeddings" | "/healthz") => {
+        (_, "/v1/models" | "/v1/chat/completions" | "/v1/embeddings" | "/healthz" | "/v1/messages") => {
             Err(ApiError::method_not_allowed(&format!("{method:?}").to_uppercase(), &path))
         }
         _ => Err(ApiError::not_found(&path)),

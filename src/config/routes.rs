@@ -14,6 +14,10 @@ pub struct RouteTable {
     pub version: u32,
     pub deployments: BTreeMap<String, Deployment>,
     pub models: BTreeMap<String, LogicalModel>,
+    /// Other names clients send for a logical model (e.g. the vendor ids Claude Code sends): an
+    /// exact name, or a prefix pattern ending in `*` (`claude-sonnet-4-5*`) → a logical model.
+    #[serde(default)]
+    pub aliases: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -333,6 +337,19 @@ impl RouteTable {
                 }
             }
         }
+        for (alias, target) in &self.aliases {
+            let line = line_of(text, &format!("\"{alias}\""));
+            let message = if !self.models.contains_key(target) {
+                format!("alias '{alias}' names unknown model '{target}'")
+            } else if self.models.contains_key(alias) {
+                format!("alias '{alias}' is also a model's name")
+            } else if alias.trim_end_matches('*').contains('*') || alias == "*" || alias.is_empty() {
+                format!("alias '{alias}': '*' may only end a non-empty prefix, e.g. 'claude-sonnet-4-5*'")
+            } else {
+                continue;
+            };
+            out.push(RouteTableError { line, message });
+        }
         for (id, d) in &self.deployments {
             if !(d.base_url.starts_with("https://") || d.base_url.starts_with("http://")) {
                 out.push(RouteTableError {
@@ -354,6 +371,23 @@ impl RouteTable {
             }
         }
         out
+    }
+
+    /// The logical model a client's model name means: the model itself, an exact alias, else the
+    /// longest matching prefix pattern.
+    pub fn resolve<'t>(&'t self, name: &'t str) -> Option<&'t str> {
+        if let Some((model, _)) = self.models.get_key_value(name) {
+            return Some(model);
+        }
+        if let Some(target) = self.aliases.get(name) {
+            return Some(target);
+        }
+        self.aliases
+            .iter()
+            .filter_map(|(pattern, target)| Some((pattern.strip_suffix('*')?, target)))
+            .filter(|(prefix, _)| name.starts_with(prefix))
+            .max_by_key(|(prefix, _)| prefix.len())
+            .map(|(_, target)| target.as_str())
     }
 
     /// The deployments to try for a logical model, in order (weights drawn from `random`, or

@@ -11,7 +11,7 @@ use crate::pipeline::run::{self, Trip};
 use crate::pipeline::step::{Answer, ClientStream, VendorStep};
 use crate::providers::{self, StreamTranslator, UpstreamCall, UpstreamError};
 use crate::usage::record::RequestOutcome;
-use crate::usage::record::RequestShape;
+use crate::usage::record::{Ingress, RequestShape};
 use serde_json::Value;
 use worker::{Context, Env, Response};
 
@@ -67,6 +67,7 @@ pub async fn create(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context)
     let shape = RequestShape { text_chars: chars, messages: 0, max_output: Some(0) };
     let mut outcome = RequestOutcome::new(&rc, &logical, false);
     outcome.shape = Some(shape);
+    outcome.ingress = Ingress::Embeddings;
     let trip = Trip {
         rc: &rc,
         logical_model: &logical,

@@ -4,5 +4,6 @@
 pub mod admin;
 pub mod chat;
 pub mod embeddings;
+pub mod messages;
 pub mod models;
 pub mod route;

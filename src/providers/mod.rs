@@ -18,6 +18,7 @@ mod retry_after;
 #[cfg(test)]
 mod stream_split_tests;
 
+pub use anthropic::passthrough;
 pub use error_class::{classify, stream_error_event, ErrorClass, UpstreamError};
 pub use retry_after::parse_retry_after;
 

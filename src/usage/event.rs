@@ -13,7 +13,7 @@ use crate::config::prices::PriceTable;
 use crate::usage::estimate;
 #[cfg(test)]
 use crate::usage::record::CacheHit;
-use crate::usage::record::{Attempt, RequestOutcome, RequestShape};
+use crate::usage::record::{Attempt, Ingress, RequestOutcome, RequestShape};
 #[cfg(test)]
 use crate::usage::tags::{merge_tags, metadata_tags, parse_tags_header};
 use serde::{Deserialize, Serialize};
@@ -101,6 +101,9 @@ pub struct UsageEvent {
     pub model: Option<String>,
     pub price_key: Option<String>,
     pub stream: bool,
+    /// The front door the request came in by; events written before it existed read as chat.
+    #[serde(default)]
+    pub ingress: Ingress,
     pub status: u16,
     pub error_class: Option<String>,
     pub error_code: Option<String>,
@@ -234,6 +237,7 @@ impl UsageEvent {
             model: last.map(|a| a.model.clone()).or_else(|| hit.and_then(|h| h.model.clone())),
             price_key: last.map(|a| a.price_key.clone()).or_else(|| hit.and_then(|h| h.price_key.clone())),
             stream: o.stream,
+            ingress: o.ingress,
             status,
             error_class,
             error_code: o.error_code.clone(),
@@ -307,6 +311,7 @@ mod tests {
             env: "prod".into(),
             logical_model: "chat".into(),
             stream: false,
+            ingress: Ingress::ChatCompletions,
             attempts,
             error_code: None,
             status: 200,

@@ -12,6 +12,17 @@ use serde::Deserialize;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
+/// The front door a request came in by (the client's wire format).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ingress {
+    #[default]
+    ChatCompletions,
+    Embeddings,
+    Messages,
+    Responses,
+}
+
 /// What the limiter's token estimate was computed from, kept to re-derive it for billing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RequestShape {
@@ -105,6 +116,8 @@ pub struct RequestOutcome {
     pub env: String,
     pub logical_model: String,
     pub stream: bool,
+    /// The front door (wire format) the request came in by.
+    pub ingress: Ingress,
     pub attempts: Vec<Attempt>,
     pub error_code: Option<String>,
     pub status: u16,
@@ -130,6 +143,7 @@ impl RequestOutcome {
             env: rc.key.env.clone(),
             logical_model: logical_model.to_string(),
             stream,
+            ingress: Ingress::ChatCompletions,
             attempts: Vec::new(),
             error_code: None,
             status: 200,
