@@ -61,7 +61,8 @@ async fn dispatch(
     ctx: &Context,
 ) -> Result<Response, ApiError> {
     let header = |name: &str| req.headers().get(name).ok().flatten();
-    let client = ClientHeaders { version: header("anthropic-version"), beta: header("anthropic-beta") };
+    let query = req.url().ok().and_then(|u| u.query().map(str::to_string));
+    let client = ClientHeaders { version: header("anthropic-version"), beta: header("anthropic-beta"), query };
     let session = header("x-claude-code-session-id");
     if call == MessagesCall::CountTokens {
         return handle(rc, body, call, client, session, env, ctx).await;

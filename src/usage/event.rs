@@ -28,6 +28,9 @@ pub struct TokenCounts {
     pub cached_read_tokens: u64,
     pub cache_write_tokens: u64,
     pub reasoning_tokens: u64,
+    /// The part of `cache_write_tokens` written with a 1-hour TTL (the rest are 5-minute writes).
+    #[serde(default)]
+    pub cache_write_1h_tokens: u64,
 }
 
 impl TokenCounts {
@@ -38,6 +41,7 @@ impl TokenCounts {
             cached_read_tokens: u.cached_read,
             cache_write_tokens: u.cache_write,
             reasoning_tokens: u.reasoning,
+            cache_write_1h_tokens: u.cache_write_1h,
         }
     }
 
@@ -47,6 +51,7 @@ impl TokenCounts {
         self.cached_read_tokens = self.cached_read_tokens.saturating_add(o.cached_read_tokens);
         self.cache_write_tokens = self.cache_write_tokens.saturating_add(o.cache_write_tokens);
         self.reasoning_tokens = self.reasoning_tokens.saturating_add(o.reasoning_tokens);
+        self.cache_write_1h_tokens = self.cache_write_1h_tokens.saturating_add(o.cache_write_1h_tokens);
     }
 
     fn is_zero(&self) -> bool {
@@ -153,6 +158,7 @@ fn attempt_event(
         cached_read: tokens.cached_read_tokens,
         cache_write: tokens.cache_write_tokens,
         reasoning: tokens.reasoning_tokens,
+        cache_write_1h: tokens.cache_write_1h_tokens,
     };
     let applied = prices.and_then(|t| t.price_at(&a.price_key, at_ms));
     let (price_version, cost_micro_usd, price_missing) = match applied {
@@ -356,7 +362,7 @@ mod tests {
         let mut served = attempt(
             "an",
             "claude-sonnet-4-5",
-            Some(Usage { input: 25, output: 15, cached_read: 2000, cache_write: 100, reasoning: 0 }),
+            Some(Usage { input: 25, output: 15, cached_read: 2000, cache_write: 100, reasoning: 0, cache_write_1h: 0 }),
             true,
         );
         served.started_ms = T0 + 200;

@@ -15,11 +15,13 @@ use crate::http::sse::SseParser;
 use crate::providers::{classify, endpoint, headers, read_json, StreamEnd, UpstreamCall, UpstreamError};
 use serde_json::Value;
 
-/// The client's Anthropic headers that travel upstream as sent.
+/// What of the client's request travels upstream as sent: the Anthropic headers and the query
+/// string (`beta=true`, which the SDKs' beta namespace adds).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ClientHeaders {
     pub version: Option<String>,
     pub beta: Option<String>,
+    pub query: Option<String>,
 }
 
 /// Which Messages API call: the message itself or its token count.
@@ -50,7 +52,12 @@ pub fn build(
         MessagesCall::Create => "/messages",
         MessagesCall::CountTokens => "/messages/count_tokens",
     };
-    Ok(UpstreamCall { url: endpoint(&dep.base_url, path), headers: headers(dep, credential, &own), body })
+    let mut url = endpoint(&dep.base_url, path);
+    if let Some(query) = client.query.as_deref().filter(|q| !q.is_empty()) {
+        url.push(if url.contains('?') { '&' } else { '?' });
+        url.push_str(query);
+    }
+    Ok(UpstreamCall { url, headers: headers(dep, credential, &own), body })
 }
 
 /// A JSON answer: the body as the vendor sent it, and its usage (none for count_tokens).
@@ -380,9 +387,10 @@ mod tests {
         let client = ClientHeaders {
             version: Some("2023-06-01".into()),
             beta: Some("claude-code-20250219,interleaved-thinking-2025-05-14".into()),
+            query: Some("beta=true".into()),
         };
         let call = build(&dep, br#"{"model":"sonnet","max_tokens":5}"#, "k", &client, MessagesCall::Create).unwrap();
-        assert_eq!(call.url, "https://api.anthropic.com/v1/messages");
+        assert_eq!(call.url, "https://api.anthropic.com/v1/messages?beta=true");
         assert_eq!(call.body, r#"{"model":"claude-sonnet-4-5","max_tokens":5}"#);
         assert!(call.headers.contains(&("x-api-key".into(), "k".into())));
         assert!(call.headers.contains(&("anthropic-version".into(), "2023-06-01".into())));

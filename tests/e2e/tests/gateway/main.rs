@@ -7,6 +7,7 @@ mod completions;
 mod errors;
 mod layers;
 mod limits;
+mod messages;
 mod routing;
 mod streaming;
 mod usage;
