@@ -437,6 +437,40 @@ mod tests {
     }
 
     #[test]
+    fn aliases_resolve_exact_then_longest_prefix() {
+        let with = |aliases: &str| {
+            TABLE.replace(
+                "\"models\": {",
+                &format!("\"aliases\": {aliases}, \"models\": {{\"other\": {{\"chain\": [\"an\"]}}, "),
+            )
+        };
+        let t = RouteTable::parse(&with(
+            r#"{"claude-sonnet-4-5*": "chat", "claude-sonnet-4-5-2025*": "other", "claude-opus-4-1": "other", "claude-*": "chat"}"#,
+        ))
+        .unwrap();
+        assert_eq!(t.resolve("chat"), Some("chat"));
+        assert_eq!(t.resolve("claude-opus-4-1"), Some("other"));
+        assert_eq!(t.resolve("claude-opus-4-1-20250805"), Some("chat"), "exact alias only, then claude-*");
+        assert_eq!(t.resolve("claude-sonnet-4-5"), Some("chat"));
+        assert_eq!(t.resolve("claude-sonnet-4-5-20250929"), Some("other"), "the longest prefix wins");
+        assert_eq!(t.resolve("gpt-4o"), None);
+        assert!(RouteTable::parse(TABLE).unwrap().aliases.is_empty());
+    }
+
+    #[test]
+    fn bad_aliases_are_refused() {
+        let with = |aliases: &str| TABLE.replace("\"models\": {", &format!("\"aliases\": {aliases}, \"models\": {{"));
+        let errs =
+            RouteTable::parse(&with(r#"{"a": "ghost", "chat": "chat", "b*c*": "chat", "*": "chat"}"#)).unwrap_err();
+        let messages: Vec<&str> = errs.iter().map(|e| e.message.as_str()).collect();
+        assert_eq!(errs.len(), 4, "{messages:?}");
+        assert!(messages.iter().any(|m| m.contains("unknown model 'ghost'")));
+        assert!(messages.iter().any(|m| m.contains("'chat' is also a model's name")));
+        assert!(messages.iter().any(|m| m.contains("'b*c*'")));
+        assert!(messages.iter().any(|m| m.starts_with("alias '*'")));
+    }
+
+    #[test]
     fn rejects_unknown_fields_with_line() {
         let bad = TABLE.replace("\"provider\": \"openai\",", "\"provider\": \"openai\", \"colour\": 1,");
         let errs = RouteTable::parse(&bad).unwrap_err();
