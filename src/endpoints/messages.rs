@@ -20,6 +20,7 @@ use crate::idempotency::gate::Entry;
 use crate::pipeline::gate::Needs;
 use crate::pipeline::run::{self, Trip};
 use crate::pipeline::step::{Answer, ClientStream, VendorStep};
+use crate::providers::messages_openai::{self, OpenaiStreamToMessages};
 use crate::providers::passthrough::{self, ClientHeaders, MessagesCall, PassthroughStream};
 use crate::providers::{StreamEnd, UpstreamCall, UpstreamError};
 use crate::usage::estimate;
@@ -221,9 +222,12 @@ impl VendorStep for MessagesStep<'_> {
     fn build(&self, deployment: &Deployment, body: &[u8], credential: &str) -> Result<UpstreamCall, ApiError> {
         match (deployment.provider, self.call) {
             (ProviderKind::Anthropic, call) => passthrough::build(deployment, body, credential, &self.client, call),
-            (ProviderKind::Openai, _) => Err(ApiError::invalid_request(
+            (ProviderKind::Openai, MessagesCall::Create) => {
+                messages_openai::build(deployment, &self.request.value, credential)
+            }
+            (ProviderKind::Openai, MessagesCall::CountTokens) => Err(ApiError::invalid_request(
                 codes::UNSUPPORTED_ENDPOINT,
-                "This model's deployments do not speak the Anthropic Messages API.",
+                "count_tokens needs an Anthropic deployment.",
             )),
         }
     }
@@ -240,14 +244,17 @@ impl VendorStep for MessagesStep<'_> {
                 Ok(Answer { body, usage: Some(Default::default()) })
             }
             (ProviderKind::Openai, MessagesCall::Create) => {
-                Err(UpstreamError::malformed(200, "no translation from this deployment's format"))
+                let (body, usage) = messages_openai::translate_response(body, &deployment.model)?;
+                Ok(Answer { body, usage })
             }
         }
     }
 
     fn stream(&self, deployment: &Deployment, _now_ms: u64) -> Box<dyn ClientStream> {
-        let _ = deployment;
-        Box::new(PassthroughStream::new())
+        match deployment.provider {
+            ProviderKind::Anthropic => Box::new(PassthroughStream::new()),
+            ProviderKind::Openai => Box::new(OpenaiStreamToMessages::new(&deployment.model)),
+        }
     }
 }
 
@@ -270,6 +277,28 @@ impl ClientStream for PassthroughStream {
 
     fn error_event(&self, err: &ApiError) -> Vec<u8> {
         PassthroughStream::error_event(self, err)
+    }
+}
+
+impl ClientStream for OpenaiStreamToMessages {
+    fn feed(&mut self, chunk: &[u8], out: &mut Vec<u8>) -> Option<UpstreamError> {
+        OpenaiStreamToMessages::feed(self, chunk, out)
+    }
+
+    fn finish(&mut self, out: &mut Vec<u8>) -> StreamEnd {
+        OpenaiStreamToMessages::finish(self, out)
+    }
+
+    fn usage(&self) -> Option<crate::canonical::usage::Usage> {
+        OpenaiStreamToMessages::usage(self)
+    }
+
+    fn emitted_any(&self) -> bool {
+        OpenaiStreamToMessages::emitted_any(self)
+    }
+
+    fn error_event(&self, err: &ApiError) -> Vec<u8> {
+        anthropic_error::stream_error_event(err)
     }
 }
 

@@ -12,6 +12,7 @@ macro_rules! fixture {
 
 mod anthropic;
 mod error_class;
+pub mod messages_openai;
 mod openai;
 pub mod rate_headers;
 mod retry_after;

@@ -45,6 +45,8 @@ fn anthropic_error(r: &Reply, status: u16, kind: &str) {
     assert!(v["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{}", r.body);
 }
 
+/// Both kinds of deployment: `claude-sonnet-4-5` passes through to an Anthropic deployment,
+/// `gpt-as-claude` is translated to and from an OpenAI-format one.
 #[test]
 fn official_anthropic_python_sdk_works_unchanged() {
     let s = stack();
@@ -53,7 +55,7 @@ fn official_anthropic_python_sdk_works_unchanged() {
     let out = std::process::Command::new(python)
         .arg(s.root.join("tests/e2e/sdk/anthropic_sdk_check.py"))
         .arg(&s.gateway)
-        .args([KEY, KEY_MESSAGES_RPM, SONNET])
+        .args([KEY, KEY_MESSAGES_RPM, SONNET, "gpt-as-claude"])
         .output()
         .expect("run python");
     assert!(
@@ -351,4 +353,46 @@ fn claude_code_completes_a_prompt_through_the_gateway_to_an_anthropic_deployment
     assert_eq!(body["model"], "claude-msg-cc");
     assert!(body["messages"].as_array().unwrap().iter().any(|m| m["role"] == "assistant"
         && m["content"].as_array().is_some_and(|c| c.iter().any(|b| b["type"] == "thinking"))));
+}
+
+#[test]
+fn claude_code_completes_a_prompt_through_the_gateway_to_an_openai_format_deployment() {
+    let s = stack();
+    let before = s.mock_calls("gpt-msg-e2e");
+    let out = claude_code("msg-gpt", "api-key");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "claude_code.sh failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("Hello from gpt-msg-e2e"), "{stdout}");
+    assert!(s.mock_calls("gpt-msg-e2e") >= before + 2, "the tool turn and the answer");
+    let last = s.mock_last("gpt-msg-e2e");
+    assert_eq!(last["path"], "/v1/chat/completions");
+    let body = &last["body"];
+    let messages = body["messages"].as_array().unwrap();
+    assert_eq!(messages[0]["role"], "system");
+    assert!(messages.iter().any(|m| m["role"] == "tool"), "the tool result went back as a tool message");
+    assert!(body.get("thinking").is_none() && body.get("context_management").is_none(), "{body}");
+}
+
+#[test]
+fn translated_stream_to_an_openai_format_deployment_is_a_well_formed_messages_stream() {
+    let body = json!({"model": "gpt-as-claude", "max_tokens": 64, "stream": true,
+        "tools": [{"name": "lookup", "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}}],
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "find it"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}]}]});
+    let r = post_raw("/v1/messages", KEY, &body.to_string(), &[]);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let names: Vec<&str> = r.body.lines().filter_map(|l| l.strip_prefix("event: ")).collect();
+    assert_eq!(names.first(), Some(&"message_start"), "{}", r.body);
+    assert_eq!(names.last(), Some(&"message_stop"), "{}", r.body);
+    assert!(r.body.contains("\"stop_reason\":\"tool_use\""), "{}", r.body);
+    assert!(r.body.contains("\"partial_json\""), "{}", r.body);
+    let sent = stack().upstream_last(&r);
+    let user = &sent["body"]["messages"][0]["content"];
+    assert_eq!(user[1]["image_url"]["url"], "data:image/png;base64,iVBORw0KGgo=", "{user}");
+    // A PDF cannot go to this deployment: a 400 naming it, before any upstream call.
+    let pdf = json!({"model": "gpt-as-claude", "max_tokens": 16, "messages": [{"role": "user", "content": [
+        {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0="}}]}]});
+    let refused = post_raw("/v1/messages", KEY, &pdf.to_string(), &[]);
+    anthropic_error(&refused, 400, "invalid_request_error");
+    assert!(refused.body.contains("PDF"), "{}", refused.body);
 }
