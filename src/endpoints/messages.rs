@@ -24,6 +24,7 @@ use crate::providers::messages_openai::{self, OpenaiStreamToMessages};
 use crate::providers::passthrough::{self, ClientHeaders, MessagesCall, PassthroughStream};
 use crate::providers::{StreamEnd, UpstreamCall, UpstreamError};
 use crate::usage::estimate;
+use crate::usage::output_history;
 use crate::usage::record::{Ingress, RequestOutcome, RequestShape};
 use serde_json::Value;
 use worker::{Context, Env, Request, Response};
@@ -96,8 +97,9 @@ async fn handle(
         rc.session_id = session_header.or_else(|| request.session.clone());
     }
     let chain = table.chain(&logical, rc.random, rc.session_id.as_deref()).unwrap_or_default();
-    let shape =
-        RequestShape { text_chars: request.text_chars, messages: request.messages, max_output: request.max_output };
+    // Agents ask for 32k output on every call: reserve what these deployments have lately returned.
+    let expected = request.max_output.map(|max| output_history::estimate(&chain, Ingress::Messages, max));
+    let shape = RequestShape { text_chars: request.text_chars, messages: request.messages, max_output: expected };
     if call == MessagesCall::CountTokens && !chain.iter().any(|(_, d)| d.provider == ProviderKind::Anthropic) {
         // No vendor to ask: the gateway's own estimate, the same one its limiter reserves.
         let tokens = estimate::estimate(shape.text_chars, shape.messages, Some(0), None).input;

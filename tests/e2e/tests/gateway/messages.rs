@@ -396,3 +396,24 @@ fn translated_stream_to_an_openai_format_deployment_is_a_well_formed_messages_st
     anthropic_error(&refused, 400, "invalid_request_error");
     assert!(refused.body.contains("PDF"), "{}", refused.body);
 }
+
+#[test]
+fn agent_max_tokens_does_not_exhaust_a_small_tpm_bucket() {
+    // TPM 10,000: reserving max_tokens (32,000, capped at the bucket's capacity) would admit one
+    // call at a time; the learned estimate (what the deployment returned lately) admits them all.
+    let body =
+        json!({"model": "claude-tpm-test", "max_tokens": 32000, "messages": [{"role": "user", "content": "hi"}]});
+    let no_wait = [("x-gateway-max-wait-ms", "0")];
+    let first = post_raw("/v1/messages", KEY, &body.to_string(), &no_wait);
+    assert_eq!(first.status, 200, "{}", first.body);
+    let calls: Vec<_> = (0..4)
+        .map(|_| {
+            let body = body.to_string();
+            std::thread::spawn(move || post_raw("/v1/messages", KEY, &body, &no_wait))
+        })
+        .collect();
+    for (i, call) in calls.into_iter().enumerate() {
+        let r = call.join().unwrap();
+        assert_eq!(r.status, 200, "concurrent call {i}: {}", r.body);
+    }
+}
