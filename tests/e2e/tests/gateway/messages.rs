@@ -417,3 +417,30 @@ fn agent_max_tokens_does_not_exhaust_a_small_tpm_bucket() {
         assert_eq!(r.status, 200, "concurrent call {i}: {}", r.body);
     }
 }
+
+#[test]
+fn one_agent_session_keeps_its_deployment_for_prompt_cache_hits() {
+    let deployment_of = |headers: &[(&str, &str)], user_id: Option<&str>, nonce: usize| {
+        let mut body = json!({"model": "claude-affinity-test", "max_tokens": 16,
+            "system": [{"type": "text", "text": format!("x-anthropic-billing-header: cc_version=2.1.332.{nonce:03x};")}],
+            "messages": [{"role": "user", "content": "hi"}]});
+        if let Some(id) = user_id {
+            body["metadata"] = json!({"user_id": id});
+        }
+        let r = post_raw("/v1/messages", KEY, &body.to_string(), headers);
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.header("x-gateway-deployment").expect("x-gateway-deployment").to_string()
+    };
+    // The billing line in the system prompt changes every run; the session alone decides.
+    for session in ["sess-a", "sess-b", "sess-c"] {
+        let seen: std::collections::BTreeSet<String> =
+            (0..6).map(|i| deployment_of(&[("x-claude-code-session-id", session)], None, i)).collect();
+        assert_eq!(seen.len(), 1, "session {session} moved between deployments: {seen:?}");
+        let user_id = format!("{{\"device_id\":\"d\",\"session_id\":\"{session}\"}}");
+        let seen: std::collections::BTreeSet<String> = (0..6).map(|i| deployment_of(&[], Some(&user_id), i)).collect();
+        assert_eq!(seen.len(), 1, "metadata session {session} moved between deployments: {seen:?}");
+    }
+    // Without a session, traffic splits by weight.
+    let spread: std::collections::BTreeSet<String> = (0..24).map(|i| deployment_of(&[], None, i)).collect();
+    assert_eq!(spread.len(), 2, "{spread:?}");
+}
