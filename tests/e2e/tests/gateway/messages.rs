@@ -286,7 +286,12 @@ fn usage_events_match_the_vendor_usage_exactly_with_cache_tokens() {
         post_raw("/v1/messages", KEY_MESSAGES, &body(false, "second: reads it"), &[]),
         post_raw("/v1/messages?beta=true", KEY_MESSAGES, &body(true, "third: streamed read"), &[]),
     ];
-    let ids: Vec<String> = replies
+    // A stream the vendor cuts mid-answer: billed for what it reported, flagged like the chat path.
+    let cut = json!({"model": "claude-cut-test", "max_tokens": 64, "stream": true, "messages": [{"role": "user", "content": "cut"}]});
+    let cut = post_raw("/v1/messages", KEY_MESSAGES, &cut.to_string(), &[]);
+    assert_eq!(cut.status, 200, "{}", cut.body);
+    let cut_id = cut.header("x-request-id").expect("x-request-id").to_string();
+    let mut ids: Vec<String> = replies
         .iter()
         .map(|r| {
             assert_eq!(r.status, 200, "{}", r.body);
@@ -297,8 +302,15 @@ fn usage_events_match_the_vendor_usage_exactly_with_cache_tokens() {
     assert!(first["cache_creation"]["ephemeral_1h_input_tokens"].as_u64().unwrap() > 0, "{first}");
     assert!(first["cache_creation"]["ephemeral_5m_input_tokens"].as_u64().unwrap() > 0, "{first}");
     assert!(vendor_usage(&replies[1])["cache_read_input_tokens"].as_u64().unwrap() > 0);
+    ids.push(cut_id.clone());
     let events = exported_events(s, &ids);
     assert_eq!(events.len(), ids.len(), "events found: {events:?}");
+    let cut_event = events.iter().find(|e| e["event_id"] == cut_id.as_str()).unwrap();
+    assert_eq!(cut_event["status"], 502, "{cut_event}");
+    assert_eq!(cut_event["error_code"], "upstream_stream_interrupted", "{cut_event}");
+    assert_eq!(cut_event["input_tokens"], vendor_usage(&cut)["input_tokens"], "{cut_event}");
+    assert_eq!(cut_event["ingress"], "messages", "{cut_event}");
+    ids.pop();
     for (reply, id) in replies.iter().zip(&ids) {
         let u = vendor_usage(reply);
         let e = events.iter().find(|e| e["event_id"] == id.as_str()).unwrap();
