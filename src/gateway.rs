@@ -25,8 +25,15 @@ pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
         "/v1/messages/count_tokens" => Some(MessagesCall::CountTokens),
         _ => None,
     };
-    if let (Method::Post, Some(call)) = (&method, messages_call) {
-        return endpoints::messages::serve(req, call, &env, &ctx, &request_id, started_ms).await;
+    match (&method, messages_call) {
+        (Method::Post, Some(call)) => {
+            return endpoints::messages::serve(req, call, &env, &ctx, &request_id, started_ms).await
+        }
+        (_, Some(_)) => {
+            let err = ApiError::method_not_allowed(&format!("{method:?}").to_uppercase(), &path);
+            return http::anthropic_error::error_response(&err, Some(&request_id));
+        }
+        _ => {}
     }
     let result = match (method.clone(), path.as_str()) {
         (Method::Get, "/admin/status") => admin::status(&req, &env, started_ms).await,
@@ -49,7 +56,7 @@ pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
             },
             Err(e) => Err(e),
         },
-        (_, "/v1/models" | "/v1/chat/completions" | "/v1/embeddings" | "/healthz" | "/v1/messages") => {
+        (_, "/v1/models" | "/v1/chat/completions" | "/v1/embeddings" | "/healthz") => {
             Err(ApiError::method_not_allowed(&format!("{method:?}").to_uppercase(), &path))
         }
         _ => Err(ApiError::not_found(&path)),

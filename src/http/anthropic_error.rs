@@ -15,7 +15,8 @@ pub fn status_and_type(err: &ApiError) -> (u16, &'static str) {
     let overloaded = err.code == codes::UPSTREAM_OVERLOADED || err.code == codes::NO_DEPLOYMENT_AVAILABLE;
     match err.status {
         _ if overloaded => (529, "overloaded_error"),
-        400 | 405 | 409 | 422 => (err.status, "invalid_request_error"),
+        400 | 409 | 422 => (err.status, "invalid_request_error"),
+        405 => (405, "not_found_error"),
         401 => (401, "authentication_error"),
         402 => (402, "billing_error"),
         403 => (403, "permission_error"),
@@ -105,6 +106,7 @@ mod tests {
         assert_eq!(kind(502, codes::UPSTREAM_ERROR), (500, "api_error"));
         assert_eq!(kind(500, codes::INTERNAL_ERROR), (500, "api_error"));
         assert_eq!(kind(504, codes::UPSTREAM_TIMEOUT), (504, "timeout_error"));
+        assert_eq!(kind(405, codes::METHOD_NOT_ALLOWED), (405, "not_found_error"));
     }
 
     #[test]

@@ -87,6 +87,9 @@ fn errors_are_anthropic_shaped_on_every_path() {
         "a".repeat(9 << 20)
     );
     anthropic_error(&post_raw("/v1/messages", KEY, &big, &[]), 413, "request_too_large");
+    let get = ureq::get(&stack().url("/v1/messages")).call();
+    let Err(ureq::Error::Status(405, resp)) = get else { panic!("GET /v1/messages: {get:?}") };
+    assert_eq!(serde_json::from_str::<Value>(&resp.into_string().unwrap()).unwrap()["type"], "error");
 }
 
 #[test]
