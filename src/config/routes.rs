@@ -270,7 +270,8 @@ impl RouteTable {
     pub fn parse(text: &str) -> Result<RouteTable, Vec<RouteTableError>> {
         let table: RouteTable = serde_json::from_str(text)
             .map_err(|e| vec![RouteTableError { line: Some(e.line()), message: e.to_string() }])?;
-        let problems = table.problems(text);
+        let mut problems = table.problems(text);
+        problems.extend(table.alias_problems(text));
         if problems.is_empty() {
             Ok(table)
         } else {
@@ -337,19 +338,6 @@ impl RouteTable {
                 }
             }
         }
-        for (alias, target) in &self.aliases {
-            let line = line_of(text, &format!("\"{alias}\""));
-            let message = if !self.models.contains_key(target) {
-                format!("alias '{alias}' names unknown model '{target}'")
-            } else if self.models.contains_key(alias) {
-                format!("alias '{alias}' is also a model's name")
-            } else if alias.trim_end_matches('*').contains('*') || alias == "*" || alias.is_empty() {
-                format!("alias '{alias}': '*' may only end a non-empty prefix, e.g. 'claude-sonnet-4-5*'")
-            } else {
-                continue;
-            };
-            out.push(RouteTableError { line, message });
-        }
         for (id, d) in &self.deployments {
             if !(d.base_url.starts_with("https://") || d.base_url.starts_with("http://")) {
                 out.push(RouteTableError {
@@ -369,6 +357,24 @@ impl RouteTable {
                     message: format!("deployment '{id}' credential must name a secret, e.g. OPENAI_API_KEY"),
                 });
             }
+        }
+        out
+    }
+
+    fn alias_problems(&self, text: &str) -> Vec<RouteTableError> {
+        let mut out = Vec::new();
+        for (alias, target) in &self.aliases {
+            let line = line_of(text, &format!("\"{alias}\""));
+            let message = if !self.models.contains_key(target) {
+                format!("alias '{alias}' names unknown model '{target}'")
+            } else if self.models.contains_key(alias) {
+                format!("alias '{alias}' is also a model's name")
+            } else if alias.trim_end_matches('*').contains('*') || alias == "*" || alias.is_empty() {
+                format!("alias '{alias}': '*' may only end a non-empty prefix, e.g. 'claude-sonnet-4-5*'")
+            } else {
+                continue;
+            };
+            out.push(RouteTableError { line, message });
         }
         out
     }
