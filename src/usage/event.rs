@@ -132,7 +132,22 @@ pub struct UsageEvent {
     /// request's own cost took it past (see docs/budgets.md).
     #[serde(default)]
     pub budget_soft_exceeded: bool,
+    /// What the prompt-cache reads saved against paying the full input price for those tokens
+    /// (0 without reads; `null` when a read could not be priced).
+    #[serde(default)]
+    pub cache_savings_micro_usd: Option<u64>,
     pub attempts: Vec<AttemptEvent>,
+}
+
+/// The money cache reads saved on the attempts that reported them, at the prices that billed them.
+fn cache_savings(o: &RequestOutcome, prices: Option<&PriceTable>) -> Option<u64> {
+    let mut saved = 0u64;
+    for (a, u) in o.attempts.iter().filter_map(|a| a.usage.map(|u| (a, u))).filter(|(_, u)| u.cached_read > 0) {
+        let entry = prices?.price_at(&a.price_key, o.started_ms)?.entry;
+        let uncached = Usage { input: u.input.saturating_add(u.cached_read), cached_read: 0, ..u };
+        saved = saved.saturating_add(entry.cost_micro_usd(&uncached).saturating_sub(entry.cost_micro_usd(&u)));
+    }
+    Some(saved)
 }
 
 fn attempt_event(
@@ -263,6 +278,7 @@ impl UsageEvent {
             avoided_tokens,
             avoided_cost_micro_usd,
             budget_soft_exceeded: o.budget.as_ref().is_some_and(|b| b.soft_exceeded),
+            cache_savings_micro_usd: cache_savings(o, prices),
             attempts,
         }
     }
@@ -381,6 +397,9 @@ mod tests {
         assert_eq!(e.attempts[1].attempt_id, "req_1:2");
         assert_eq!(e.tokens.cached_read_tokens, 2000);
         assert_eq!(e.cost_micro_usd, Some(1_275));
+        // 2000 reads at $3 instead of $0.30 per Mtok: 6000 − 600 µ$.
+        assert_eq!(e.cache_savings_micro_usd, Some(5_400));
+        assert_eq!(UsageEvent::build(&o, None, T0 + 400).cache_savings_micro_usd, None, "a read without a price");
         assert_eq!(e.price_version.as_deref(), Some("claude-sonnet-4-5@2025-01-01T00:00:00Z"));
         assert_eq!((e.status, e.error_class), (200, None));
         assert_eq!(e.deployment.as_deref(), Some("an"));

@@ -335,6 +335,13 @@ fn usage_events_match_the_vendor_usage_exactly_with_cache_tokens() {
             + w5m * 3_750_000
             + w1h * 6_000_000;
         assert_eq!(n(e, "cost_micro_usd"), (micro + 500_000) / 1_000_000, "{e}");
+        let reads = n(&u, "cache_read_input_tokens");
+        let full = micro + reads * (3_000_000 - 300_000);
+        assert_eq!(
+            n(e, "cache_savings_micro_usd"),
+            (full + 500_000) / 1_000_000 - (micro + 500_000) / 1_000_000,
+            "{e}"
+        );
         assert_eq!(e["price_version"], "claude-sonnet-4-5@2025-09-29T00:00:00Z", "{e}");
     }
 }
