@@ -11,6 +11,7 @@ use crate::http;
 use crate::http::error::ApiError;
 use crate::idempotency;
 use crate::idempotency::gate::Entry;
+use crate::providers::passthrough::MessagesCall;
 use crate::support::clock::now_ms;
 use worker::{Context, Env, Method, Request, Response};
 
@@ -19,6 +20,22 @@ pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
     let started_ms = now_ms();
     let path = req.path();
     let method = req.method();
+    // The Messages door answers in Anthropic's format, errors included.
+    let messages_call = match path.as_str() {
+        "/v1/messages" => Some(MessagesCall::Create),
+        "/v1/messages/count_tokens" => Some(MessagesCall::CountTokens),
+        _ => None,
+    };
+    match (&method, messages_call) {
+        (Method::Post, Some(call)) => {
+            return endpoints::messages::serve(req, call, &env, &ctx, &request_id, started_ms).await
+        }
+        (_, Some(_)) => {
+            let err = ApiError::method_not_allowed(&format!("{method:?}").to_uppercase(), &path);
+            return http::anthropic_error::error_response(&err, Some(&request_id));
+        }
+        _ => {}
+    }
     let result = match (method.clone(), path.as_str()) {
         (Method::Get, "/admin/status") => admin::status(&req, &env, started_ms).await,
         (Method::Get, "/healthz") => http::io::json_response(200, br#"{"status":"ok"}"#.to_vec()),

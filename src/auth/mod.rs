@@ -1,4 +1,4 @@
-//! Authentication: the bearer key checked against its KV record, and what the gateway then knows
+//! Authentication: the bearer (or `x-api-key`) key checked against its KV record, and what the gateway then knows
 //! about the request.
 
 pub mod context;
@@ -13,7 +13,11 @@ use worker::{Env, Request};
 /// The bearer key checked against its KV record; the request's context once it is accepted.
 pub async fn authenticate(req: &Request, env: &Env, request_id: &str, now_ms: u64) -> Result<RequestContext, ApiError> {
     let header = req.headers().get("authorization").ok().flatten();
-    let secret = keys::bearer(header.as_deref()).ok_or_else(ApiError::missing_key)?;
+    // Anthropic's SDKs send the key as `x-api-key`; `Authorization: Bearer` wins when both are set.
+    let api_key = req.headers().get("x-api-key").ok().flatten();
+    let secret = keys::bearer(header.as_deref())
+        .or_else(|| api_key.as_deref().map(str::trim).filter(|k| !k.is_empty()))
+        .ok_or_else(ApiError::missing_key)?;
     let record = config::store::key_record(env, secret, now_ms).await?.ok_or_else(ApiError::invalid_key)?;
     match record.check(now_ms) {
         Ok(()) => {}

@@ -2,9 +2,10 @@
 //!
 //! `input` counts prompt tokens billed at the full input price, that is *excluding* cache reads and
 //! cache writes (Anthropic's `input_tokens`; OpenAI's `prompt_tokens - cached_tokens`).
-//! `cached_read` and `cache_write` are the other two parts of the prompt. `output` counts every
-//! generated token, and `reasoning` is the part of `output` the model spent thinking (already in
-//! `output`, reported for information).
+//! `cached_read` and `cache_write` are the other two parts of the prompt; `cache_write_1h` is the
+//! part of `cache_write` written with Anthropic's 1-hour TTL (priced higher than 5-minute writes).
+//! `output` counts every generated token, and `reasoning` is the part of `output` the model spent
+//! thinking (already in `output`, reported for information).
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -16,6 +17,8 @@ pub struct Usage {
     pub cached_read: u64,
     pub cache_write: u64,
     pub reasoning: u64,
+    #[serde(default)]
+    pub cache_write_1h: u64,
 }
 
 /// OpenAI's `usage` object, in OpenAI's field order, for responses the gateway writes itself.
@@ -72,6 +75,7 @@ impl Usage {
             cached_read: cached,
             cache_write: 0,
             reasoning,
+            cache_write_1h: 0,
         })
     }
 
@@ -96,6 +100,14 @@ impl Usage {
         take("output_tokens", &mut self.output);
         take("cache_read_input_tokens", &mut self.cached_read);
         take("cache_creation_input_tokens", &mut self.cache_write);
+        if let Some(n) = usage.pointer("/cache_creation/ephemeral_1h_input_tokens").and_then(Value::as_u64) {
+            self.cache_write_1h = n;
+        }
+        // Thinking is part of `output_tokens`; the thinking-token-count beta reports how much.
+        if let Some(n) = usage.pointer("/output_tokens_details/thinking_tokens").and_then(Value::as_u64) {
+            self.reasoning = n;
+        }
+        self.cache_write_1h = self.cache_write_1h.min(self.cache_write);
         any
     }
 
@@ -123,7 +135,10 @@ mod tests {
             "completion_tokens_details": {"reasoning_tokens": 192, "audio_tokens": 0}
         }))
         .unwrap();
-        assert_eq!(u, Usage { input: 86, output: 300, cached_read: 1920, cache_write: 0, reasoning: 192 });
+        assert_eq!(
+            u,
+            Usage { input: 86, output: 300, cached_read: 1920, cache_write: 0, reasoning: 192, cache_write_1h: 0 }
+        );
         assert_eq!(u.prompt_tokens(), 2006);
         assert_eq!(u.total_tokens(), 2306);
     }
@@ -148,6 +163,22 @@ mod tests {
     }
 
     #[test]
+    fn anthropic_cache_ttl_split_and_thinking() {
+        let u = Usage::from_anthropic(&json!({
+            "input_tokens": 5, "output_tokens": 40, "cache_read_input_tokens": 11,
+            "cache_creation_input_tokens": 7,
+            "cache_creation": {"ephemeral_5m_input_tokens": 3, "ephemeral_1h_input_tokens": 4},
+            "output_tokens_details": {"thinking_tokens": 9}
+        }))
+        .unwrap();
+        assert_eq!(u, Usage { input: 5, output: 40, cached_read: 11, cache_write: 7, reasoning: 9, cache_write_1h: 4 });
+        // A split larger than the total is not believed past the total.
+        let odd = Usage::from_anthropic(&json!({"cache_creation_input_tokens": 2,
+            "cache_creation": {"ephemeral_1h_input_tokens": 5}}));
+        assert_eq!(odd.unwrap().cache_write_1h, 2);
+    }
+
+    #[test]
     fn anthropic_merge_is_cumulative_overwrite() {
         let mut u = Usage::from_anthropic(&json!({
             "input_tokens": 25, "output_tokens": 1,
@@ -155,7 +186,10 @@ mod tests {
         }))
         .unwrap();
         assert!(u.merge_anthropic(&json!({"output_tokens": 15})));
-        assert_eq!(u, Usage { input: 25, output: 15, cached_read: 2000, cache_write: 100, reasoning: 0 });
+        assert_eq!(
+            u,
+            Usage { input: 25, output: 15, cached_read: 2000, cache_write: 100, reasoning: 0, cache_write_1h: 0 }
+        );
         assert!(!u.merge_anthropic(&json!({"server_tool_use": {}})));
         let o = serde_json::to_value(u.to_openai()).unwrap();
         assert_eq!(

@@ -6,7 +6,10 @@
 //!
 //! Cost of one attempt, in micro-dollars, rounded once, half up:
 //! `(Σ tokens_kind × price_kind + 500_000) / 1_000_000` over input, output, cached_read and
-//! cache_write (reasoning tokens are part of output and billed there). Integer math in u128: no floats.
+//! cache_write (reasoning tokens are part of output and billed there). Cache writes with a 1-hour
+//! TTL (Anthropic's `ephemeral_1h_input_tokens`) are priced at `cache_write_1h` when the entry has
+//! one, else at `cache_write`; the rest of `cache_write` are 5-minute writes. Integer math in
+//! u128: no floats.
 
 use crate::canonical::usage::Usage;
 use crate::config::store::{cached_doc, DocPolicy, DocSlot};
@@ -36,7 +39,11 @@ pub struct PriceEntry {
     pub input: u64,
     pub output: u64,
     pub cached_read: u64,
+    /// 5-minute cache writes (and every write of vendors with a single TTL).
     pub cache_write: u64,
+    /// 1-hour cache writes (Anthropic: twice the input price); `None` prices them as `cache_write`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write_1h: Option<u64>,
 }
 
 /// The entry that priced a request, named so analysts can tell which one it was.
@@ -60,10 +67,12 @@ impl PriceEntry {
 
     pub fn cost_micro_usd(&self, usage: &Usage) -> u64 {
         let part = |tokens: u64, price: u64| u128::from(tokens) * u128::from(price);
+        let long = usage.cache_write_1h.min(usage.cache_write);
         let total = part(usage.input, self.input)
             .saturating_add(part(usage.output, self.output))
             .saturating_add(part(usage.cached_read, self.cached_read))
-            .saturating_add(part(usage.cache_write, self.cache_write));
+            .saturating_add(part(usage.cache_write - long, self.cache_write))
+            .saturating_add(part(long, self.cache_write_1h.unwrap_or(self.cache_write)));
         let rounded = total.saturating_add(TOKENS_PER_PRICE_UNIT / 2) / TOKENS_PER_PRICE_UNIT;
         u64::try_from(rounded).unwrap_or(u64::MAX)
     }
@@ -194,7 +203,7 @@ mod tests {
     }
 
     fn usage(input: u64, output: u64, cached_read: u64, cache_write: u64) -> Usage {
-        Usage { input, output, cached_read, cache_write, reasoning: 0 }
+        Usage { input, output, cached_read, cache_write, reasoning: 0, cache_write_1h: 0 }
     }
 
     #[test]
@@ -228,10 +237,35 @@ mod tests {
     }
 
     #[test]
+    fn one_hour_cache_writes_priced_apart() {
+        let t = table();
+        let claude = t.price_at("claude-sonnet-4-5", at("2026-01-01T00:00:00Z")).unwrap().entry.clone();
+        let u = Usage { cache_write: 1_000_000, cache_write_1h: 400_000, ..Usage::default() };
+        // Without a 1h price, every write is priced as a 5-minute write.
+        assert_eq!(claude.cost_micro_usd(&u), 3_750_000);
+        let with_1h = PriceEntry { cache_write_1h: Some(6_000_000), ..claude };
+        // 600k × $3.75 + 400k × $6 = 2.25 + 2.4 dollars.
+        assert_eq!(with_1h.cost_micro_usd(&u), 4_650_000);
+        let parsed = PriceTable::parse(
+            &json!({"version": 1, "models": {"m": [{"effective_from": "2025-01-01T00:00:00Z",
+            "input": 1, "output": 1, "cached_read": 0, "cache_write": 0, "cache_write_1h": 2}]}})
+            .to_string(),
+        );
+        assert_eq!(parsed.unwrap().models["m"][0].cache_write_1h, Some(2));
+    }
+
+    #[test]
     fn reasoning_is_billed_inside_output_not_twice() {
         let t = table();
         let p = t.price_at("gpt-4o-mini", at("2025-06-01T00:00:00Z")).unwrap().entry;
-        let with_reasoning = Usage { input: 0, output: 1_000_000, cached_read: 0, cache_write: 0, reasoning: 900_000 };
+        let with_reasoning = Usage {
+            input: 0,
+            output: 1_000_000,
+            cached_read: 0,
+            cache_write: 0,
+            reasoning: 900_000,
+            cache_write_1h: 0,
+        };
         assert_eq!(p.cost_micro_usd(&with_reasoning), 400_000);
     }
 
@@ -243,6 +277,7 @@ mod tests {
             output: u64::MAX,
             cached_read: 0,
             cache_write: 0,
+            cache_write_1h: None,
         };
         assert_eq!(p.cost_micro_usd(&usage(u64::MAX, u64::MAX, 0, 0)), u64::MAX);
         let p = PriceEntry { input: 2_000_000, ..p };
@@ -308,6 +343,7 @@ mod tests {
             output: 2,
             cached_read: 0,
             cache_write: 0,
+            cache_write_1h: None,
         });
         next.models.insert(
             "new-model".into(),
@@ -317,6 +353,7 @@ mod tests {
                 output: 1,
                 cached_read: 0,
                 cache_write: 0,
+                cache_write_1h: None,
             }],
         );
         assert_eq!(next.history_changes(&current, now), Vec::<String>::new(), "future entries are fine");
@@ -330,6 +367,7 @@ mod tests {
             output: 1,
             cached_read: 0,
             cache_write: 0,
+            cache_write_1h: None,
         });
         let changes = edited.history_changes(&current, now);
         assert_eq!(changes.len(), 3, "{changes:#?}");

@@ -14,6 +14,10 @@ pub struct RouteTable {
     pub version: u32,
     pub deployments: BTreeMap<String, Deployment>,
     pub models: BTreeMap<String, LogicalModel>,
+    /// Other names clients send for a logical model (e.g. the vendor ids Claude Code sends): an
+    /// exact name, or a prefix pattern ending in `*` (`claude-sonnet-4-5*`) → a logical model.
+    #[serde(default)]
+    pub aliases: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -294,7 +298,8 @@ impl RouteTable {
     pub fn parse(text: &str) -> Result<RouteTable, Vec<RouteTableError>> {
         let table: RouteTable = serde_json::from_str(text)
             .map_err(|e| vec![RouteTableError { line: Some(e.line()), message: e.to_string() }])?;
-        let problems = table.problems(text);
+        let mut problems = table.problems(text);
+        problems.extend(table.alias_problems(text));
         if problems.is_empty() {
             Ok(table)
         } else {
@@ -394,6 +399,41 @@ impl RouteTable {
         }
     }
 
+    fn alias_problems(&self, text: &str) -> Vec<RouteTableError> {
+        let mut out = Vec::new();
+        for (alias, target) in &self.aliases {
+            let line = line_of(text, &format!("\"{alias}\""));
+            let message = if !self.models.contains_key(target) {
+                format!("alias '{alias}' names unknown model '{target}'")
+            } else if self.models.contains_key(alias) {
+                format!("alias '{alias}' is also a model's name")
+            } else if alias.trim_end_matches('*').contains('*') || alias == "*" || alias.is_empty() {
+                format!("alias '{alias}': '*' may only end a non-empty prefix, e.g. 'claude-sonnet-4-5*'")
+            } else {
+                continue;
+            };
+            out.push(RouteTableError { line, message });
+        }
+        out
+    }
+
+    /// The logical model a client's model name means: the model itself, an exact alias, else the
+    /// longest matching prefix pattern.
+    pub fn resolve<'t>(&'t self, name: &'t str) -> Option<&'t str> {
+        if let Some((model, _)) = self.models.get_key_value(name) {
+            return Some(model);
+        }
+        if let Some(target) = self.aliases.get(name) {
+            return Some(target);
+        }
+        self.aliases
+            .iter()
+            .filter_map(|(pattern, target)| Some((pattern.strip_suffix('*')?, target)))
+            .filter(|(prefix, _)| name.starts_with(prefix))
+            .max_by_key(|(prefix, _)| prefix.len())
+            .map(|(_, target)| target.as_str())
+    }
+
     /// The deployments to try for a logical model, in order (weights drawn from `random`, or
     /// stable per `session` for affinity).
     pub fn chain(&self, logical_model: &str, random: u64, session: Option<&str>) -> Option<Vec<(&str, &Deployment)>> {
@@ -438,6 +478,40 @@ mod tests {
         assert_eq!(chain[0].1.timeouts, Timeouts::default());
         assert!(chain[0].1.quirks.stream_options);
         assert!(t.chain("nope", 0, None).is_none());
+    }
+
+    #[test]
+    fn aliases_resolve_exact_then_longest_prefix() {
+        let with = |aliases: &str| {
+            TABLE.replace(
+                "\"models\": {",
+                &format!("\"aliases\": {aliases}, \"models\": {{\"other\": {{\"chain\": [\"an\"]}}, "),
+            )
+        };
+        let t = RouteTable::parse(&with(
+            r#"{"claude-sonnet-4-5*": "chat", "claude-sonnet-4-5-2025*": "other", "claude-opus-4-1": "other", "claude-*": "chat"}"#,
+        ))
+        .unwrap();
+        assert_eq!(t.resolve("chat"), Some("chat"));
+        assert_eq!(t.resolve("claude-opus-4-1"), Some("other"));
+        assert_eq!(t.resolve("claude-opus-4-1-20250805"), Some("chat"), "exact alias only, then claude-*");
+        assert_eq!(t.resolve("claude-sonnet-4-5"), Some("chat"));
+        assert_eq!(t.resolve("claude-sonnet-4-5-20250929"), Some("other"), "the longest prefix wins");
+        assert_eq!(t.resolve("gpt-4o"), None);
+        assert!(RouteTable::parse(TABLE).unwrap().aliases.is_empty());
+    }
+
+    #[test]
+    fn bad_aliases_are_refused() {
+        let with = |aliases: &str| TABLE.replace("\"models\": {", &format!("\"aliases\": {aliases}, \"models\": {{"));
+        let errs =
+            RouteTable::parse(&with(r#"{"a": "ghost", "chat": "chat", "b*c*": "chat", "*": "chat"}"#)).unwrap_err();
+        let messages: Vec<&str> = errs.iter().map(|e| e.message.as_str()).collect();
+        assert_eq!(errs.len(), 4, "{messages:?}");
+        assert!(messages.iter().any(|m| m.contains("unknown model 'ghost'")));
+        assert!(messages.iter().any(|m| m.contains("'chat' is also a model's name")));
+        assert!(messages.iter().any(|m| m.contains("'b*c*'")));
+        assert!(messages.iter().any(|m| m.starts_with("alias '*'")));
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The HTTP edge of the gateway: client-facing errors, response building, and the SSE parser.
 
+pub mod anthropic_error;
 pub mod codes;
 pub mod error;
 pub mod io;

@@ -6,6 +6,7 @@ use crate::config::prices;
 use crate::limits::budget;
 use crate::support::clock::now_ms;
 use crate::usage::event::UsageEvent;
+use crate::usage::output_history;
 use crate::usage::queue;
 use crate::usage::record::{price_key, RequestOutcome};
 use worker::{Context, Env};
@@ -20,6 +21,7 @@ pub fn finish(mut outcome: RequestOutcome, ctx: &Context, env: &Env) {
 /// Prices the request and sends its usage event; call inside `wait_until`.
 pub async fn finish_detached(mut outcome: RequestOutcome, env: &Env) {
     let now = now_ms();
+    output_history::record(&outcome);
     if let Some(hit) = outcome.cache_hit.as_mut() {
         // The cache keeps only the deployment id; the route table names its vendor and price.
         if let Some(d) =

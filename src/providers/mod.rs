@@ -12,6 +12,7 @@ macro_rules! fixture {
 
 mod anthropic;
 mod error_class;
+pub mod messages_openai;
 mod openai;
 pub mod rate_headers;
 pub mod responses;
@@ -19,6 +20,7 @@ mod retry_after;
 #[cfg(test)]
 mod stream_split_tests;
 
+pub use anthropic::passthrough;
 pub use error_class::{classify, stream_error_event, ErrorClass, UpstreamError};
 pub use retry_after::parse_retry_after;
 

@@ -260,7 +260,10 @@ mod tests {
         let body = fixture!("openai_response.json");
         let r = translate_chat_response(&dep, body.as_bytes(), 0).unwrap();
         assert_eq!(r.body, body);
-        assert_eq!(r.usage, Some(Usage { input: 9, output: 12, cached_read: 0, cache_write: 0, reasoning: 0 }));
+        assert_eq!(
+            r.usage,
+            Some(Usage { input: 9, output: 12, cached_read: 0, cache_write: 0, reasoning: 0, cache_write_1h: 0 })
+        );
     }
 
     #[test]
@@ -269,10 +272,20 @@ mod tests {
         let r = translate_chat_response(&dep, fixture!("openai_response_reasoning_cached.json").as_bytes(), 0).unwrap();
         assert_eq!(
             r.usage,
-            Some(Usage { input: 1254, output: 1320, cached_read: 1152, cache_write: 0, reasoning: 1024 })
+            Some(Usage {
+                input: 1254,
+                output: 1320,
+                cached_read: 1152,
+                cache_write: 0,
+                reasoning: 1024,
+                cache_write_1h: 0
+            })
         );
         let r = translate_chat_response(&dep, fixture!("deepseek_response.json").as_bytes(), 0).unwrap();
-        assert_eq!(r.usage, Some(Usage { input: 13, output: 36, cached_read: 64, cache_write: 0, reasoning: 20 }));
+        assert_eq!(
+            r.usage,
+            Some(Usage { input: 13, output: 36, cached_read: 64, cache_write: 0, reasoning: 20, cache_write_1h: 0 })
+        );
     }
 
     #[test]
@@ -314,7 +327,7 @@ mod tests {
     fn golden_stream_tools_with_usage() {
         let (out, usage, err, end, _) = run(true, fixture!("openai_stream_tools_usage.sse"));
         assert_eq!(out, fixture!("openai_stream_tools_usage.sse"));
-        let want = Usage { input: 80, output: 17, cached_read: 0, cache_write: 0, reasoning: 0 };
+        let want = Usage { input: 80, output: 17, cached_read: 0, cache_write: 0, reasoning: 0, cache_write_1h: 0 };
         assert_eq!((usage, err, end), (Some(want), None, StreamEnd::Complete));
     }
 

@@ -29,6 +29,9 @@ pub struct TokenCounts {
     pub cached_read_tokens: u64,
     pub cache_write_tokens: u64,
     pub reasoning_tokens: u64,
+    /// The part of `cache_write_tokens` written with a 1-hour TTL (the rest are 5-minute writes).
+    #[serde(default)]
+    pub cache_write_1h_tokens: u64,
 }
 
 impl TokenCounts {
@@ -39,6 +42,7 @@ impl TokenCounts {
             cached_read_tokens: u.cached_read,
             cache_write_tokens: u.cache_write,
             reasoning_tokens: u.reasoning,
+            cache_write_1h_tokens: u.cache_write_1h,
         }
     }
 
@@ -48,6 +52,7 @@ impl TokenCounts {
         self.cached_read_tokens = self.cached_read_tokens.saturating_add(o.cached_read_tokens);
         self.cache_write_tokens = self.cache_write_tokens.saturating_add(o.cache_write_tokens);
         self.reasoning_tokens = self.reasoning_tokens.saturating_add(o.reasoning_tokens);
+        self.cache_write_1h_tokens = self.cache_write_1h_tokens.saturating_add(o.cache_write_1h_tokens);
     }
 
     fn is_zero(&self) -> bool {
@@ -102,6 +107,9 @@ pub struct UsageEvent {
     pub model: Option<String>,
     pub price_key: Option<String>,
     pub stream: bool,
+    /// The front door the request came in by; events written before it existed read as chat.
+    #[serde(default)]
+    pub ingress: Ingress,
     pub status: u16,
     pub error_class: Option<String>,
     pub error_code: Option<String>,
@@ -125,10 +133,22 @@ pub struct UsageEvent {
     /// request's own cost took it past (see docs/budgets.md).
     #[serde(default)]
     pub budget_soft_exceeded: bool,
-    /// The door the request came in through (`chat_completions`, `embeddings`, `messages`, `responses`).
+    /// What the prompt-cache reads saved against paying the full input price for those tokens
+    /// (0 without reads; `null` when a read could not be priced).
     #[serde(default)]
-    pub ingress: Ingress,
+    pub cache_savings_micro_usd: Option<u64>,
     pub attempts: Vec<AttemptEvent>,
+}
+
+/// The money cache reads saved on the attempts that reported them, at the prices that billed them.
+fn cache_savings(o: &RequestOutcome, prices: Option<&PriceTable>) -> Option<u64> {
+    let mut saved = 0u64;
+    for (a, u) in o.attempts.iter().filter_map(|a| a.usage.map(|u| (a, u))).filter(|(_, u)| u.cached_read > 0) {
+        let entry = prices?.price_at(&a.price_key, o.started_ms)?.entry;
+        let uncached = Usage { input: u.input.saturating_add(u.cached_read), cached_read: 0, ..u };
+        saved = saved.saturating_add(entry.cost_micro_usd(&uncached).saturating_sub(entry.cost_micro_usd(&u)));
+    }
+    Some(saved)
 }
 
 fn attempt_event(
@@ -154,6 +174,7 @@ fn attempt_event(
         cached_read: tokens.cached_read_tokens,
         cache_write: tokens.cache_write_tokens,
         reasoning: tokens.reasoning_tokens,
+        cache_write_1h: tokens.cache_write_1h_tokens,
     };
     let applied = prices.and_then(|t| t.price_at(&a.price_key, at_ms));
     let (price_version, cost_micro_usd, price_missing) = match applied {
@@ -238,6 +259,7 @@ impl UsageEvent {
             model: last.map(|a| a.model.clone()).or_else(|| hit.and_then(|h| h.model.clone())),
             price_key: last.map(|a| a.price_key.clone()).or_else(|| hit.and_then(|h| h.price_key.clone())),
             stream: o.stream,
+            ingress: o.ingress,
             status,
             error_class,
             error_code: o.error_code.clone(),
@@ -257,7 +279,7 @@ impl UsageEvent {
             avoided_tokens,
             avoided_cost_micro_usd,
             budget_soft_exceeded: o.budget.as_ref().is_some_and(|b| b.soft_exceeded),
-            ingress: o.ingress,
+            cache_savings_micro_usd: cache_savings(o, prices),
             attempts,
         }
     }
@@ -312,6 +334,7 @@ mod tests {
             env: "prod".into(),
             logical_model: "chat".into(),
             stream: false,
+            ingress: Ingress::ChatCompletions,
             attempts,
             error_code: None,
             status: 200,
@@ -321,7 +344,6 @@ mod tests {
             finished_ms: None,
             cache_hit: None,
             budget: None,
-            ingress: Ingress::default(),
         }
     }
 
@@ -357,7 +379,7 @@ mod tests {
         let mut served = attempt(
             "an",
             "claude-sonnet-4-5",
-            Some(Usage { input: 25, output: 15, cached_read: 2000, cache_write: 100, reasoning: 0 }),
+            Some(Usage { input: 25, output: 15, cached_read: 2000, cache_write: 100, reasoning: 0, cache_write_1h: 0 }),
             true,
         );
         served.started_ms = T0 + 200;
@@ -376,6 +398,9 @@ mod tests {
         assert_eq!(e.attempts[1].attempt_id, "req_1:2");
         assert_eq!(e.tokens.cached_read_tokens, 2000);
         assert_eq!(e.cost_micro_usd, Some(1_275));
+        // 2000 reads at $3 instead of $0.30 per Mtok: 6000 − 600 µ$.
+        assert_eq!(e.cache_savings_micro_usd, Some(5_400));
+        assert_eq!(UsageEvent::build(&o, None, T0 + 400).cache_savings_micro_usd, None, "a read without a price");
         assert_eq!(e.price_version.as_deref(), Some("claude-sonnet-4-5@2025-01-01T00:00:00Z"));
         assert_eq!((e.status, e.error_class), (200, None));
         assert_eq!(e.deployment.as_deref(), Some("an"));

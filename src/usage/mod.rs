@@ -4,6 +4,7 @@
 pub mod estimate;
 pub mod event;
 pub mod export;
+pub mod output_history;
 pub mod queue;
 pub mod record;
 pub mod tags;

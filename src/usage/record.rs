@@ -116,6 +116,8 @@ pub struct RequestOutcome {
     pub env: String,
     pub logical_model: String,
     pub stream: bool,
+    /// The front door (wire format) the request came in by.
+    pub ingress: Ingress,
     pub attempts: Vec<Attempt>,
     pub error_code: Option<String>,
     pub status: u16,
@@ -129,8 +131,6 @@ pub struct RequestOutcome {
     pub cache_hit: Option<CacheHit>,
     /// The tenant budget's reservation for this request, settled with the actual cost at the end.
     pub budget: Option<BudgetClaim>,
-    /// The door the request came in through.
-    pub ingress: Ingress,
 }
 
 impl RequestOutcome {
@@ -143,6 +143,7 @@ impl RequestOutcome {
             env: rc.key.env.clone(),
             logical_model: logical_model.to_string(),
             stream,
+            ingress: Ingress::ChatCompletions,
             attempts: Vec::new(),
             error_code: None,
             status: 200,
@@ -152,7 +153,6 @@ impl RequestOutcome {
             finished_ms: None,
             cache_hit: None,
             budget: None,
-            ingress: Ingress::default(),
         }
     }
 

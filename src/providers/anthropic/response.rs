@@ -91,7 +91,10 @@ mod tests {
     fn golden_tool_use_with_cache_usage() {
         let usage =
             golden(fixture!("anthropic_response_tool_use.json"), fixture!("anthropic_response_tool_use.openai.json"));
-        assert_eq!(usage, Some(Usage { input: 30, output: 89, cached_read: 1800, cache_write: 248, reasoning: 0 }));
+        assert_eq!(
+            usage,
+            Some(Usage { input: 30, output: 89, cached_read: 1800, cache_write: 248, reasoning: 0, cache_write_1h: 0 })
+        );
     }
 
     #[test]

@@ -184,7 +184,10 @@ mod tests {
         let (out, usage, err, end) = run(true, fixture!("anthropic_stream_tool_use.sse"));
         assert_eq!(out, fixture!("anthropic_stream_tool_use.expected.sse"));
         assert_eq!((err, end), (None, StreamEnd::Complete));
-        assert_eq!(usage, Some(Usage { input: 472, output: 89, cached_read: 1024, cache_write: 0, reasoning: 0 }));
+        assert_eq!(
+            usage,
+            Some(Usage { input: 472, output: 89, cached_read: 1024, cache_write: 0, reasoning: 0, cache_write_1h: 0 })
+        );
     }
 
     #[test]
@@ -202,7 +205,10 @@ mod tests {
         let (out, usage, err, end) = run(true, fixture!("anthropic_stream_truncated.sse"));
         assert_eq!(out, fixture!("anthropic_stream_truncated.expected.sse"));
         assert_eq!((err, end), (None, StreamEnd::Truncated));
-        assert_eq!(usage, Some(Usage { input: 12, output: 1, cached_read: 0, cache_write: 300, reasoning: 0 }));
+        assert_eq!(
+            usage,
+            Some(Usage { input: 12, output: 1, cached_read: 0, cache_write: 300, reasoning: 0, cache_write_1h: 0 })
+        );
     }
 
     #[test]

@@ -62,6 +62,7 @@ pub fn usage_of(usage: &Value) -> Option<Usage> {
         cached_read: cached,
         cache_write: 0,
         reasoning: usage.pointer("/output_tokens_details/reasoning_tokens").and_then(Value::as_u64).unwrap_or(0),
+        cache_write_1h: 0,
     })
 }
 

@@ -32,6 +32,11 @@ pub const KEY_LAYERS_C: &str = "gk_e2e_layers_c_0010";
 /// Token limits: a key with TPM 800 and a key without limits, under a tenant with TPM 1,000.
 pub const KEY_LAYERS_TPM: &str = "gk_e2e_layers_tpm_0011";
 pub const KEY_LAYERS_TPM_FREE: &str = "gk_e2e_layers_tpm_0012";
+/// The Messages door (tests/gateway/messages.rs): a tenant of its own, so its usage events are
+/// found exactly, and a key with rpm 2 for the door's 429.
+pub const KEY_MESSAGES: &str = "gk_e2e_messages_0013";
+pub const MESSAGES_TENANT: &str = "tenant-messages";
+pub const KEY_MESSAGES_RPM: &str = "gk_e2e_messages_rpm_0014";
 
 /// Only the hostile-input test uses this tenant: it counts that every one of its events is stored.
 pub const KEY_BYSTANDER: &str = "gk_e2e_bystander_0013";
@@ -152,6 +157,8 @@ fn start() -> Stack {
         key_entry(KEY_LAYERS_TPM_FREE, serde_json::json!({"tenant": "tenant-layers-tpm", "app": "layers-e2e"})),
         {"key": "tenant:tenant-layers-tpm", "value": serde_json::json!({"limits": {"tpm": 1000}}).to_string()},
         key_entry(KEY_BYSTANDER, serde_json::json!({"tenant": BYSTANDER_TENANT, "app": "hostile-e2e", "env": "test"})),
+        key_entry(KEY_MESSAGES, serde_json::json!({"tenant": MESSAGES_TENANT, "app": "messages-e2e", "env": "test"})),
+        key_entry(KEY_MESSAGES_RPM, serde_json::json!({"tenant": "tenant-messages-rpm", "app": "messages-e2e", "limits": {"rpm": 2}})),
     ]);
     let seed_file = run_dir.join("seed.json");
     std::fs::write(&seed_file, seed.to_string()).expect("seed");

@@ -200,10 +200,17 @@ pub fn plan(call: &Call, f: &Faults) -> Plan {
     Plan { id: reply::id("chatcmpl-"), created: reply::unix_ms() / 1000, model: call.model.clone(), output, usage }
 }
 
-/// The named tool from `tool_choice`, else the first tool; none for `"none"`, and none once
-/// `messages` hold a tool result (one tool call per conversation, so an agent's loop ends).
+/// The named tool from `tool_choice`, else the first tool; none for `"none"`, and none once an
+/// assistant message in the history holds `tool_calls` (one call per conversation, so an agent's
+/// loop ends, as with the Anthropic mock).
 fn chosen_tool(body: &Value) -> Option<(String, Option<&Value>)> {
     let tools = body.get("tools")?.as_array().filter(|t| !t.is_empty())?;
+    let called = body.get("messages").and_then(Value::as_array).is_some_and(|m| {
+        m.iter().any(|m| m["role"] == "assistant" && m["tool_calls"].as_array().is_some_and(|c| !c.is_empty()))
+    });
+    if called {
+        return None;
+    }
     let choice = body.get("tool_choice");
     if choice.and_then(Value::as_str) == Some("none") {
         return None;
@@ -442,14 +449,12 @@ mod tests {
     }
 
     #[test]
-    fn tool_result_gets_a_text_answer() {
+    fn one_tool_call_per_conversation() {
         let tools: Value = serde_json::from_str(WEATHER).unwrap();
-        let messages = json!([
-            {"role": "user", "content": "Weather?"},
+        let history = json!([{"role": "user", "content": "weather?"},
             {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]},
-            {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}
-        ]);
-        let p = plan_for(json!({"model": "m", "messages": messages, "tools": tools}));
+            {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]);
+        let p = plan_for(json!({"model": "m", "messages": history, "tools": tools}));
         assert!(matches!(p.output, Output::Text(_)));
     }
 

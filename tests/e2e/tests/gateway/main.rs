@@ -8,6 +8,7 @@ mod errors;
 mod hostile;
 mod layers;
 mod limits;
+mod messages;
 mod responses;
 mod routing;
 mod streaming;

@@ -1,0 +1,493 @@
+//! Anthropic Messages to an Anthropic deployment: native pass-through.
+//!
+//! The client's body goes upstream byte for byte except the top-level `model` value, which is
+//! spliced (never re-serialised, so key order, unknown fields, thinking signatures and
+//! `cache_control` survive); `anthropic-version` and `anthropic-beta` are forwarded as sent.
+//! Answers come back as the vendor sent them: the JSON body unchanged, every SSE event relayed
+//! verbatim, while the usage is read from `message_start` / `message_delta` (or the body).
+
+use super::DEFAULT_VERSION;
+use crate::canonical::usage::Usage;
+use crate::config::routes::{Deployment, ProviderKind};
+use crate::http::codes;
+use crate::http::error::ApiError;
+use crate::http::sse::SseParser;
+use crate::providers::{classify, endpoint, headers, read_json, StreamEnd, UpstreamCall, UpstreamError};
+use serde_json::Value;
+
+/// What of the client's request travels upstream as sent: the Anthropic headers and the query
+/// string (`beta=true`, which the SDKs' beta namespace adds).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClientHeaders {
+    pub version: Option<String>,
+    pub beta: Option<String>,
+    pub query: Option<String>,
+}
+
+/// Which Messages API call: the message itself or its token count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MessagesCall {
+    Create,
+    CountTokens,
+}
+
+/// The vendor request: the client's bytes with the deployment's model spliced in.
+pub fn build(
+    dep: &Deployment,
+    body: &[u8],
+    credential: &str,
+    client: &ClientHeaders,
+    call: MessagesCall,
+) -> Result<UpstreamCall, ApiError> {
+    let spliced = splice_model(body, &dep.model)?;
+    let body = String::from_utf8(spliced)
+        .map_err(|_| ApiError::invalid_request(codes::INVALID_JSON, "The request body is not valid UTF-8."))?;
+    let version =
+        client.version.as_deref().or(dep.quirks.anthropic_version.as_deref()).unwrap_or(DEFAULT_VERSION).to_string();
+    let mut own = vec![("anthropic-version", version.as_str())];
+    if let Some(beta) = client.beta.as_deref() {
+        own.push(("anthropic-beta", beta));
+    }
+    let path = match call {
+        MessagesCall::Create => "/messages",
+        MessagesCall::CountTokens => "/messages/count_tokens",
+    };
+    let mut url = endpoint(&dep.base_url, path);
+    if let Some(query) = client.query.as_deref().filter(|q| !q.is_empty()) {
+        url.push(if url.contains('?') { '&' } else { '?' });
+        url.push_str(query);
+    }
+    Ok(UpstreamCall { url, headers: headers(dep, credential, &own), body })
+}
+
+/// A JSON answer: the body as the vendor sent it, and its usage (none for count_tokens).
+pub fn read_answer(body: &[u8]) -> Result<(String, Option<Usage>), UpstreamError> {
+    let value = read_json(body)?;
+    let usage = value.get("usage").and_then(Usage::from_anthropic);
+    let text = String::from_utf8(body.to_vec()).map_err(|_| UpstreamError::malformed(200, "the body is not UTF-8"))?;
+    Ok((text, usage))
+}
+
+/// Replaces the value of every top-level `"model"` key with `model`, leaving every other byte as
+/// it was. The body must be a JSON object whose `model` is a string.
+pub fn splice_model(body: &[u8], model: &str) -> Result<Vec<u8>, ApiError> {
+    let spans = model_spans(body).ok_or_else(|| {
+        ApiError::invalid_request(codes::INVALID_JSON, "The request body is not a valid JSON object.")
+    })?;
+    if spans.is_empty() {
+        return Err(
+            ApiError::invalid_request(codes::MISSING_REQUIRED_PARAMETER, "model: Field required").with_param("model")
+        );
+    }
+    let replacement = Value::from(model).to_string();
+    let mut out = Vec::with_capacity(body.len() + replacement.len());
+    let mut from = 0;
+    for (start, end) in spans {
+        if body.get(start) != Some(&b'"') {
+            return Err(ApiError::invalid_request(codes::INVALID_TYPE, "model: Input should be a valid string")
+                .with_param("model"));
+        }
+        out.extend_from_slice(&body[from..start]);
+        out.extend_from_slice(replacement.as_bytes());
+        from = end;
+    }
+    out.extend_from_slice(&body[from..]);
+    Ok(out)
+}
+
+/// The byte spans of the values of the top-level `model` keys; `None` if the body is not one
+/// well-formed JSON object.
+fn model_spans(body: &[u8]) -> Option<Vec<(usize, usize)>> {
+    let mut scan = Scanner { bytes: body, pos: 0 };
+    let mut spans = Vec::new();
+    scan.ws();
+    scan.expect(OBJECT_OPEN)?;
+    scan.ws();
+    if scan.peek() == Some(OBJECT_CLOSE) {
+        scan.pos += 1;
+    } else {
+        loop {
+            scan.ws();
+            let key_start = scan.pos;
+            scan.string()?;
+            let key: String = serde_json::from_slice(&body[key_start..scan.pos]).ok()?;
+            scan.ws();
+            scan.expect(b':')?;
+            scan.ws();
+            let value_start = scan.pos;
+            scan.value(0)?;
+            if key == "model" {
+                spans.push((value_start, scan.pos));
+            }
+            scan.ws();
+            match scan.next()? {
+                b',' => continue,
+                OBJECT_CLOSE => break,
+                _ => return None,
+            }
+        }
+    }
+    scan.ws();
+    (scan.pos == body.len()).then_some(spans)
+}
+
+/// Just enough of a JSON reader to find where values end; strings are checked for their quotes
+/// and escapes only (serde has validated nothing here, so nothing is trusted).
+struct Scanner<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+const MAX_DEPTH: usize = 512;
+// Named, so brace-counting tools (and readers) are not thrown by bracket literals.
+const OBJECT_OPEN: u8 = 0x7b;
+const OBJECT_CLOSE: u8 = 0x7d;
+const ARRAY_OPEN: u8 = 0x5b;
+const ARRAY_CLOSE: u8 = 0x5d;
+
+impl Scanner<'_> {
+    fn peek(&self) -> Option<u8> {
+        self.bytes.get(self.pos).copied()
+    }
+
+    fn next(&mut self) -> Option<u8> {
+        let b = self.peek()?;
+        self.pos += 1;
+        Some(b)
+    }
+
+    fn expect(&mut self, b: u8) -> Option<()> {
+        (self.next()? == b).then_some(())
+    }
+
+    fn ws(&mut self) {
+        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+            self.pos += 1;
+        }
+    }
+
+    fn string(&mut self) -> Option<()> {
+        self.expect(b'"')?;
+        loop {
+            match self.next()? {
+                b'"' => return Some(()),
+                b'\\' => {
+                    self.next()?;
+                }
+                c if c < 0x20 => return None,
+                _ => {}
+            }
+        }
+    }
+
+    fn value(&mut self, depth: usize) -> Option<()> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        match self.peek()? {
+            b'"' => self.string(),
+            open @ (OBJECT_OPEN | ARRAY_OPEN) => {
+                let close = if open == OBJECT_OPEN { OBJECT_CLOSE } else { ARRAY_CLOSE };
+                self.pos += 1;
+                self.ws();
+                if self.peek() == Some(close) {
+                    self.pos += 1;
+                    return Some(());
+                }
+                loop {
+                    self.ws();
+                    if open == OBJECT_OPEN {
+                        self.string()?;
+                        self.ws();
+                        self.expect(b':')?;
+                        self.ws();
+                    }
+                    self.value(depth + 1)?;
+                    self.ws();
+                    match self.next()? {
+                        b',' => continue,
+                        c if c == close => return Some(()),
+                        _ => return None,
+                    }
+                }
+            }
+            _ => {
+                let start = self.pos;
+                while matches!(self.peek(), Some(b'-' | b'+' | b'.' | b'0'..=b'9' | b'a'..=b'z' | b'E')) {
+                    self.pos += 1;
+                }
+                (self.pos > start).then_some(())
+            }
+        }
+    }
+}
+
+/// Relays an Anthropic SSE stream byte for byte and reads its usage on the way.
+///
+/// Bytes are held until the first content event (anything but `message_start` and `ping`), so a
+/// vendor error before it can still fall back; from then on every chunk is passed on unchanged.
+/// A vendor `error` event is relayed as sent and reported; the gateway adds no second one.
+#[derive(Default)]
+pub struct PassthroughStream {
+    parser: SseParser,
+    held: Vec<u8>,
+    started: bool,
+    usage: Option<Usage>,
+    done: bool,
+    vendor_error_relayed: bool,
+    /// The last byte relayed, so an appended error frame starts on a fresh line.
+    ends_mid_line: bool,
+}
+
+impl PassthroughStream {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Relays `chunk` into `out` (or holds it before the first content event); `Some` when the
+    /// vendor reported an error.
+    pub fn feed(&mut self, chunk: &[u8], out: &mut Vec<u8>) -> Option<UpstreamError> {
+        if self.done || self.vendor_error_relayed {
+            return None;
+        }
+        self.parser.feed(chunk);
+        if self.started {
+            self.relay(chunk, out);
+        } else {
+            self.held.extend_from_slice(chunk);
+        }
+        while let Some(ev) = self.parser.next_event() {
+            let Ok(data) = serde_json::from_str::<Value>(&ev.data) else { continue };
+            let kind = data.get("type").and_then(Value::as_str).or(ev.event.as_deref()).unwrap_or("");
+            match kind {
+                "message_start" => self.merge_usage(&data["message"]["usage"]),
+                "message_delta" => self.merge_usage(&data["usage"]),
+                "message_stop" => self.done = true,
+                "error" => {
+                    let err = classify(ProviderKind::Anthropic, 0, None, ev.data.as_bytes());
+                    if self.started {
+                        self.vendor_error_relayed = true;
+                    }
+                    return Some(err);
+                }
+                _ => {}
+            }
+            if !self.started && !matches!(kind, "message_start" | "ping") {
+                self.started = true;
+                let held = std::mem::take(&mut self.held);
+                self.relay(&held, out);
+            }
+        }
+        None
+    }
+
+    fn relay(&mut self, bytes: &[u8], out: &mut Vec<u8>) {
+        if let Some(last) = bytes.last() {
+            self.ends_mid_line = !matches!(last, b'\n' | b'\r');
+        }
+        out.extend_from_slice(bytes);
+    }
+
+    fn merge_usage(&mut self, usage: &Value) {
+        let mut u = self.usage.unwrap_or_default();
+        if u.merge_anthropic(usage) {
+            self.usage = Some(u);
+        }
+    }
+
+    pub fn finish(&mut self, out: &mut Vec<u8>) -> StreamEnd {
+        if !self.done && !self.vendor_error_relayed {
+            // A last event without its blank line still counts.
+            while let Some(ev) = self.parser.finish() {
+                if ev.data.contains("\"message_stop\"") {
+                    self.done = true;
+                }
+            }
+        }
+        if !self.started && self.done {
+            let held = std::mem::take(&mut self.held);
+            self.started = true;
+            self.relay(&held, out);
+        }
+        if self.done && !self.vendor_error_relayed {
+            StreamEnd::Complete
+        } else {
+            StreamEnd::Truncated
+        }
+    }
+
+    pub fn usage(&self) -> Option<Usage> {
+        self.usage
+    }
+
+    pub fn emitted_any(&self) -> bool {
+        self.started
+    }
+
+    /// The gateway's error frame, unless the vendor's own error event already reached the client.
+    pub fn error_event(&self, err: &ApiError) -> Vec<u8> {
+        if self.vendor_error_relayed {
+            return Vec::new();
+        }
+        let mut out = if self.ends_mid_line { b"\n\n".to_vec() } else { Vec::new() };
+        out.extend_from_slice(&crate::http::anthropic_error::stream_error_event(err));
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::providers::testing::deployment;
+    use crate::providers::ErrorClass;
+
+    #[test]
+    fn splice_changes_only_the_model_value() {
+        let body = br#"{ "model" : "claude-sonnet-4-5",
+  "messages":[{"role":"user","content":[{"type":"text","text":"model \"x\"","cache_control":{"type":"ephemeral","ttl":"1h"}}]}],
+  "metadata":{"model":"keep"},"zzz_unknown":[1,2.5e3,true,null,{"model":"nested"}],"max_tokens":32000}"#;
+        let out = splice_model(body, "claude-sonnet-4-5-20250929").unwrap();
+        let expected = String::from_utf8(body.to_vec()).unwrap().replacen(
+            "\"claude-sonnet-4-5\"",
+            "\"claude-sonnet-4-5-20250929\"",
+            1,
+        );
+        assert_eq!(String::from_utf8(out).unwrap(), expected);
+    }
+
+    #[test]
+    fn splice_escapes_and_handles_unicode() {
+        let body = "{\"messages\":[],\"model\":\"m\",\"system\":\"héllo ☃ \\u00e9\"}".as_bytes();
+        let out = splice_model(body, "a\"b").unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "{\"messages\":[],\"model\":\"a\\\"b\",\"system\":\"héllo ☃ \\u00e9\"}"
+        );
+        // An escaped key is still the key `model`.
+        let out = splice_model(br#"{"mod\u0065l":"x"}"#, "y").unwrap();
+        assert_eq!(out, br#"{"mod\u0065l":"y"}"#);
+    }
+
+    #[test]
+    fn splice_refuses_bad_bodies_without_panicking() {
+        for bad in
+            [&b""[..], b"[]", b"{", b"{\"model\":", b"{\"model\":\"x\"", b"{\"model\":\"x\"} extra", b"{\"a\":[1,}"]
+        {
+            assert_eq!(
+                splice_model(bad, "m").unwrap_err().code,
+                codes::INVALID_JSON,
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        assert_eq!(splice_model(br#"{"messages":[]}"#, "m").unwrap_err().param.as_deref(), Some("model"));
+        assert_eq!(splice_model(br#"{"model":5}"#, "m").unwrap_err().code, codes::INVALID_TYPE);
+        let deep = format!("{{\"a\":{}{}}}", "[".repeat(2000), "]".repeat(2000));
+        assert!(splice_model(deep.as_bytes(), "m").is_err());
+    }
+
+    #[test]
+    fn build_forwards_version_and_betas() {
+        let dep = deployment("anthropic");
+        let client = ClientHeaders {
+            version: Some("2023-06-01".into()),
+            beta: Some("claude-code-20250219,interleaved-thinking-2025-05-14".into()),
+            query: Some("beta=true".into()),
+        };
+        let call = build(&dep, br#"{"model":"sonnet","max_tokens":5}"#, "k", &client, MessagesCall::Create).unwrap();
+        assert_eq!(call.url, "https://api.anthropic.com/v1/messages?beta=true");
+        assert_eq!(call.body, r#"{"model":"claude-sonnet-4-5","max_tokens":5}"#);
+        assert!(call.headers.contains(&("x-api-key".into(), "k".into())));
+        assert!(call.headers.contains(&("anthropic-version".into(), "2023-06-01".into())));
+        assert!(call
+            .headers
+            .contains(&("anthropic-beta".into(), "claude-code-20250219,interleaved-thinking-2025-05-14".into())));
+        let count =
+            build(&dep, br#"{"model":"s"}"#, "k", &ClientHeaders::default(), MessagesCall::CountTokens).unwrap();
+        assert_eq!(count.url, "https://api.anthropic.com/v1/messages/count_tokens");
+        assert!(count.headers.contains(&("anthropic-version".into(), DEFAULT_VERSION.into())));
+        assert!(!count.headers.iter().any(|(k, _)| k == "anthropic-beta"));
+    }
+
+    #[test]
+    fn json_answer_is_kept_and_usage_read() {
+        let body = br#"{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"thinking","thinking":"","signature":"c2ln"},{"type":"text","text":"hi"}],"stop_reason":"end_turn","usage":{"input_tokens":5,"cache_creation_input_tokens":7,"cache_read_input_tokens":11,"cache_creation":{"ephemeral_5m_input_tokens":3,"ephemeral_1h_input_tokens":4},"output_tokens":20}}"#;
+        let (text, usage) = read_answer(body).unwrap();
+        assert_eq!(text.as_bytes(), body);
+        let u = usage.unwrap();
+        assert_eq!((u.input, u.output, u.cached_read, u.cache_write), (5, 20, 11, 7));
+        assert_eq!(read_answer(br#"{"input_tokens":42}"#).unwrap().1, None);
+        assert_eq!(read_answer(b"").unwrap_err().class, ErrorClass::EmptyResponse);
+    }
+
+    const STREAM: &str = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"claude-sonnet-4-5\",\"usage\":{\"input_tokens\":25,\"cache_creation_input_tokens\":100,\"cache_read_input_tokens\":2000,\"output_tokens\":1}}}\n\n\
+event: ping\ndata: {\"type\": \"ping\"}\n\n\
+event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"thinking\",\"thinking\":\"\"}}\n\n\
+event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"signature_delta\",\"signature\":\"EqQBCgIYAhIM\"}}\n\n\
+event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n\
+event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n\
+event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hello\"}}\n\n\
+event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":1}\n\n\
+event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":15}}\n\n\
+event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+
+    #[test]
+    fn stream_relayed_byte_for_byte_at_any_split() {
+        for size in [1, 2, 7, 64, 4096] {
+            let mut s = PassthroughStream::new();
+            let mut out = Vec::new();
+            for chunk in STREAM.as_bytes().chunks(size) {
+                assert_eq!(s.feed(chunk, &mut out), None);
+            }
+            assert_eq!(s.finish(&mut out), StreamEnd::Complete);
+            assert_eq!(String::from_utf8(out).unwrap(), STREAM, "split {size}");
+            let u = s.usage().unwrap();
+            assert_eq!((u.input, u.output, u.cached_read, u.cache_write), (25, 15, 2000, 100));
+        }
+    }
+
+    #[test]
+    fn nothing_emitted_before_content_so_early_errors_fall_back() {
+        let mut s = PassthroughStream::new();
+        let mut out = Vec::new();
+        let start = STREAM.split("event: content_block_start").next().unwrap();
+        assert_eq!(s.feed(start.as_bytes(), &mut out), None);
+        assert!(!s.emitted_any() && out.is_empty());
+        let err = s.feed(
+            b"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n",
+            &mut out,
+        );
+        assert_eq!(err.map(|e| e.class), Some(ErrorClass::Overloaded));
+        assert!(out.is_empty() && !s.emitted_any());
+    }
+
+    #[test]
+    fn vendor_error_after_content_is_relayed_once() {
+        let mut s = PassthroughStream::new();
+        let mut out = Vec::new();
+        let head = STREAM.split("event: content_block_stop").next().unwrap();
+        s.feed(head.as_bytes(), &mut out);
+        assert!(s.emitted_any());
+        let frame =
+            "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"boom\"}}\n\n";
+        assert!(s.feed(frame.as_bytes(), &mut out).is_some());
+        assert_eq!(String::from_utf8(out.clone()).unwrap(), format!("{head}{frame}"));
+        assert!(s.error_event(&ApiError::internal("x")).is_empty());
+        assert_eq!(s.finish(&mut out), StreamEnd::Truncated);
+        assert_eq!(s.usage().map(|u| u.input), Some(25));
+    }
+
+    #[test]
+    fn cut_stream_is_truncated_and_gets_an_error_frame_on_a_new_line() {
+        let mut s = PassthroughStream::new();
+        let mut out = Vec::new();
+        let cut = &STREAM[..STREAM.find("Hello").unwrap()];
+        s.feed(cut.as_bytes(), &mut out);
+        assert_eq!(s.finish(&mut out), StreamEnd::Truncated);
+        let frame = String::from_utf8(s.error_event(&ApiError::internal("cut"))).unwrap();
+        assert!(
+            frame.starts_with("\n\nevent: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\""),
+            "{frame}"
+        );
+    }
+}

@@ -1,0 +1,293 @@
+//! OpenAI chat-completion chunks → Anthropic Messages stream events: `message_start`, one
+//! content block per text run or tool call (`content_block_start` / `_delta` / `_stop`),
+//! `message_delta` with the stop reason and the usage, `message_stop`.
+//!
+//! Nothing is written until the first text or tool call arrives, so a failure before it can still
+//! fall back to another deployment.
+
+use super::{stop_reason, usage_json};
+use crate::canonical::usage::Usage;
+use crate::config::routes::ProviderKind;
+use crate::http::sse::{SseEvent, SseParser};
+use crate::providers::{classify, StreamEnd, UpstreamError};
+use serde_json::{json, Value};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Block {
+    None,
+    Text,
+    /// A tool call, by its OpenAI `tool_calls[].index`.
+    Tool(u64),
+}
+
+pub struct OpenaiStreamToMessages {
+    parser: SseParser,
+    model: String,
+    started: bool,
+    block: Block,
+    /// The index of the block open (or next to open) in the Messages stream.
+    index: u64,
+    finish_reason: Option<String>,
+    any_tool: bool,
+    usage: Option<Usage>,
+    done: bool,
+    failed: bool,
+}
+
+impl OpenaiStreamToMessages {
+    /// `model` names the model in `message_start`.
+    pub fn new(model: &str) -> Self {
+        OpenaiStreamToMessages {
+            parser: SseParser::new(),
+            model: model.to_string(),
+            started: false,
+            block: Block::None,
+            index: 0,
+            finish_reason: None,
+            any_tool: false,
+            usage: None,
+            done: false,
+            failed: false,
+        }
+    }
+
+    pub fn feed(&mut self, chunk: &[u8], out: &mut Vec<u8>) -> Option<UpstreamError> {
+        if self.done || self.failed {
+            return None;
+        }
+        self.parser.feed(chunk);
+        while let Some(ev) = self.parser.next_event() {
+            if let Err(e) = self.on_event(&ev, out) {
+                self.failed = true;
+                return Some(e);
+            }
+            if self.done {
+                break;
+            }
+        }
+        None
+    }
+
+    fn on_event(&mut self, ev: &SseEvent, out: &mut Vec<u8>) -> Result<(), UpstreamError> {
+        if ev.data.trim() == "[DONE]" {
+            self.end(out);
+            return Ok(());
+        }
+        let Ok(chunk) = serde_json::from_str::<Value>(&ev.data) else { return Ok(()) };
+        if chunk.get("error").is_some_and(|e| !e.is_null()) {
+            return Err(classify(ProviderKind::Openai, 0, None, ev.data.as_bytes()));
+        }
+        if let Some(u) = chunk.get("usage").and_then(Usage::from_openai) {
+            self.usage = Some(u);
+        }
+        let Some(choice) = chunk.get("choices").and_then(Value::as_array).and_then(|c| c.first()) else {
+            return Ok(());
+        };
+        let delta = &choice["delta"];
+        if let Some(text) = delta["content"].as_str().filter(|t| !t.is_empty()) {
+            if self.block != Block::Text {
+                self.open(out, Block::Text, json!({"type": "text", "text": ""}));
+            }
+            self.event(
+                out,
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": self.index,
+                "delta": {"type": "text_delta", "text": text}}),
+            );
+        }
+        for call in delta["tool_calls"].as_array().into_iter().flatten() {
+            let at = call["index"].as_u64().unwrap_or(0);
+            let function = &call["function"];
+            if self.block != Block::Tool(at) {
+                let block = json!({"type": "tool_use", "id": call["id"], "name": function["name"], "input": {}});
+                self.open(out, Block::Tool(at), block);
+                self.any_tool = true;
+            }
+            if let Some(args) = function["arguments"].as_str().filter(|a| !a.is_empty()) {
+                self.event(
+                    out,
+                    "content_block_delta",
+                    json!({"type": "content_block_delta", "index": self.index,
+                    "delta": {"type": "input_json_delta", "partial_json": args}}),
+                );
+            }
+        }
+        if let Some(reason) = choice["finish_reason"].as_str() {
+            self.finish_reason = Some(reason.to_string());
+        }
+        Ok(())
+    }
+
+    fn start(&mut self, out: &mut Vec<u8>) {
+        if !self.started {
+            self.started = true;
+            let message = json!({"id": "msg_translated", "type": "message", "role": "assistant", "model": self.model,
+                "content": [], "stop_reason": null, "stop_sequence": null,
+                "usage": {"input_tokens": 0, "output_tokens": 0}});
+            self.event(out, "message_start", json!({"type": "message_start", "message": message}));
+        }
+    }
+
+    fn open(&mut self, out: &mut Vec<u8>, block: Block, content_block: Value) {
+        self.start(out);
+        self.close(out);
+        self.block = block;
+        self.event(
+            out,
+            "content_block_start",
+            json!({"type": "content_block_start", "index": self.index,
+            "content_block": content_block}),
+        );
+    }
+
+    fn close(&mut self, out: &mut Vec<u8>) {
+        if self.block != Block::None {
+            self.event(out, "content_block_stop", json!({"type": "content_block_stop", "index": self.index}));
+            self.index += 1;
+            self.block = Block::None;
+        }
+    }
+
+    fn end(&mut self, out: &mut Vec<u8>) {
+        self.start(out);
+        self.close(out);
+        let reason = stop_reason(self.finish_reason.as_deref(), self.any_tool);
+        self.event(
+            out,
+            "message_delta",
+            json!({"type": "message_delta",
+            "delta": {"stop_reason": reason, "stop_sequence": null},
+            "usage": usage_json(&self.usage.unwrap_or_default())}),
+        );
+        self.event(out, "message_stop", json!({"type": "message_stop"}));
+        self.done = true;
+    }
+
+    fn event(&self, out: &mut Vec<u8>, name: &str, data: Value) {
+        out.extend_from_slice(format!("event: {name}\ndata: {data}\n\n").as_bytes());
+    }
+
+    /// The upstream closed; a stream that gave its finish reason without `[DONE]` is complete.
+    pub fn finish(&mut self, out: &mut Vec<u8>) -> StreamEnd {
+        if !self.done && !self.failed {
+            while let Some(ev) = self.parser.finish() {
+                if self.on_event(&ev, out).is_err() || self.done {
+                    break;
+                }
+            }
+            if !self.done && self.finish_reason.is_some() {
+                self.end(out);
+            }
+        }
+        if self.done && !self.failed {
+            StreamEnd::Complete
+        } else {
+            StreamEnd::Truncated
+        }
+    }
+
+    pub fn usage(&self) -> Option<Usage> {
+        self.usage
+    }
+
+    pub fn emitted_any(&self) -> bool {
+        self.started
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TOOL_STREAM: &str = "data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n\
+data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Let me\"},\"finish_reason\":null}]}\n\n\
+data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" look.\"},\"finish_reason\":null}]}\n\n\
+data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"Read\",\"arguments\":\"\"}}]},\"finish_reason\":null}]}\n\n\
+data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"{\\\"path\\\":\"}}]},\"finish_reason\":null}]}\n\n\
+data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"\\\"a\\\"}\"}}]},\"finish_reason\":null}]}\n\n\
+data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n\
+data: {\"id\":\"c1\",\"choices\":[],\"usage\":{\"prompt_tokens\":50,\"completion_tokens\":9,\"total_tokens\":59}}\n\n\
+data: [DONE]\n\n";
+
+    fn events(out: &[u8]) -> Vec<(String, Value)> {
+        let mut p = SseParser::new();
+        p.feed(out);
+        std::iter::from_fn(|| p.next_event())
+            .map(|e| (e.event.unwrap_or_default(), serde_json::from_str(&e.data).unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn text_then_tool_call_at_any_split() {
+        for size in [1, 5, 33, 4096] {
+            let mut s = OpenaiStreamToMessages::new("gpt-4o-mini");
+            let mut out = Vec::new();
+            for chunk in TOOL_STREAM.as_bytes().chunks(size) {
+                assert_eq!(s.feed(chunk, &mut out), None);
+            }
+            assert_eq!(s.finish(&mut out), StreamEnd::Complete);
+            let ev = events(&out);
+            let names: Vec<&str> = ev.iter().map(|(n, _)| n.as_str()).collect();
+            assert_eq!(
+                names,
+                [
+                    "message_start",
+                    "content_block_start",
+                    "content_block_delta",
+                    "content_block_delta",
+                    "content_block_stop",
+                    "content_block_start",
+                    "content_block_delta",
+                    "content_block_delta",
+                    "content_block_stop",
+                    "message_delta",
+                    "message_stop"
+                ],
+                "split {size}"
+            );
+            assert_eq!(ev[0].1["message"]["model"], "gpt-4o-mini");
+            assert_eq!(
+                ev[5].1["content_block"],
+                json!({"type": "tool_use", "id": "call_1", "name": "Read", "input": {}})
+            );
+            assert_eq!(ev[5].1["index"], 1);
+            let args: String = ev[6..8].iter().map(|(_, d)| d["delta"]["partial_json"].as_str().unwrap()).collect();
+            assert_eq!(args, "{\"path\":\"a\"}");
+            assert_eq!(ev[9].1["delta"]["stop_reason"], "tool_use");
+            assert_eq!(ev[9].1["usage"]["input_tokens"], 50);
+            assert_eq!(ev[9].1["usage"]["output_tokens"], 9);
+            assert_eq!(s.usage().map(|u| (u.input, u.output)), Some((50, 9)));
+        }
+    }
+
+    #[test]
+    fn nothing_before_content_so_early_errors_fall_back() {
+        let mut s = OpenaiStreamToMessages::new("m");
+        let mut out = Vec::new();
+        s.feed(b"data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n", &mut out);
+        assert!(out.is_empty() && !s.emitted_any());
+        let err = s.feed(b"data: {\"error\":{\"message\":\"overloaded\",\"type\":\"server_error\"}}\n\n", &mut out);
+        assert!(err.is_some_and(|e| e.class.retryable()));
+        assert!(out.is_empty());
+        assert_eq!(s.finish(&mut out), StreamEnd::Truncated);
+    }
+
+    #[test]
+    fn cut_stream_is_truncated_and_finish_without_done_is_complete() {
+        let cut = TOOL_STREAM
+            .split("data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\"")
+            .next()
+            .unwrap();
+        let mut s = OpenaiStreamToMessages::new("m");
+        let mut out = Vec::new();
+        s.feed(cut.as_bytes(), &mut out);
+        assert!(s.emitted_any());
+        assert_eq!(s.finish(&mut out), StreamEnd::Truncated);
+        let no_done = TOOL_STREAM.replace("data: [DONE]\n\n", "");
+        let mut s = OpenaiStreamToMessages::new("m");
+        let mut out = Vec::new();
+        s.feed(no_done.as_bytes(), &mut out);
+        assert_eq!(s.finish(&mut out), StreamEnd::Complete);
+        assert_eq!(events(&out).last().unwrap().0, "message_stop");
+    }
+}

@@ -1,0 +1,468 @@
+//! The Anthropic Messages door end to end: the official `anthropic` SDK unchanged, bodies at the
+//! vendor byte-identical apart from the model (a multi-turn tool conversation with thinking blocks
+//! replayed), SSE events relayed as the vendor sent them, Anthropic-format errors, usage events
+//! exact to the vendor's usage (cache reads, 5-minute and 1-hour writes), and Claude Code itself.
+
+use e2e::client::Reply;
+use e2e::{stack, Stack, KEY, KEY_MESSAGES, KEY_MESSAGES_RPM, MESSAGES_TENANT};
+use serde_json::{json, Value};
+use std::io::Read;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// The door's model names: aliases in the route table (tests/e2e/fixtures/routes.json).
+const SONNET: &str = "claude-sonnet-4-5";
+const UPSTREAM: &str = "claude-msg-e2e";
+
+/// POSTs raw bytes to a Messages URL with `x-api-key`, as the anthropic SDKs do.
+fn post_raw(path: &str, key: &str, body: &str, headers: &[(&str, &str)]) -> Reply {
+    let s = stack();
+    let mut req = ureq::post(&s.url(path))
+        .timeout(Duration::from_secs(60))
+        .set("content-type", "application/json")
+        .set("x-api-key", key)
+        .set("anthropic-version", "2023-06-01");
+    for (k, v) in headers {
+        req = req.set(k, v);
+    }
+    let resp = match req.send_string(body) {
+        Ok(r) | Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("POST {path}: {e}"),
+    };
+    let status = resp.status();
+    let headers =
+        resp.headers_names().into_iter().map(|n| (n.clone(), resp.header(&n).unwrap_or("").to_string())).collect();
+    let mut body = String::new();
+    resp.into_reader().read_to_string(&mut body).expect("read body");
+    Reply { status, headers, body }
+}
+
+fn anthropic_error(r: &Reply, status: u16, kind: &str) {
+    assert_eq!(r.status, status, "{}", r.body);
+    let v: Value = serde_json::from_str(&r.body).unwrap_or_else(|_| panic!("not JSON: {}", r.body));
+    assert_eq!(v["type"], "error", "{}", r.body);
+    assert_eq!(v["error"]["type"], kind, "{}", r.body);
+    assert!(v["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{}", r.body);
+}
+
+/// Both kinds of deployment: `claude-sonnet-4-5` passes through to an Anthropic deployment,
+/// `gpt-as-claude` is translated to and from an OpenAI-format one.
+#[test]
+fn official_anthropic_python_sdk_works_unchanged() {
+    let s = stack();
+    let python = s.root.join(".venv/bin/python");
+    assert!(python.exists(), "{} missing: scripts/setup creates it", python.display());
+    let out = std::process::Command::new(python)
+        .arg(s.root.join("tests/e2e/sdk/anthropic_sdk_check.py"))
+        .arg(&s.gateway)
+        .args([KEY, KEY_MESSAGES_RPM, SONNET, "gpt-as-claude"])
+        .output()
+        .expect("run python");
+    assert!(
+        out.status.success(),
+        "anthropic SDK check failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn errors_are_anthropic_shaped_on_every_path() {
+    let hello = r#"{"model":"claude-sonnet-4-5","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}"#;
+    anthropic_error(&post_raw("/v1/messages", "gk_wrong", hello, &[]), 401, "authentication_error");
+    let unknown = hello.replace(SONNET, "claude-unknown-9");
+    anthropic_error(&post_raw("/v1/messages?beta=true", KEY, &unknown, &[]), 404, "not_found_error");
+    anthropic_error(&post_raw("/v1/messages", KEY, "{not json", &[]), 400, "invalid_request_error");
+    let no_max = r#"{"model":"claude-sonnet-4-5","messages":[]}"#;
+    anthropic_error(&post_raw("/v1/messages", KEY, no_max, &[]), 400, "invalid_request_error");
+    // The key may use only `claude-sonnet`: a policy refusal, in Anthropic's format.
+    let r = post_raw("/v1/messages", e2e::KEY_LIMITED_MODELS, hello, &[]);
+    anthropic_error(&r, 403, "permission_error");
+    assert_eq!(r.header("x-gateway-error-code"), Some("model_not_allowed"));
+    // A vendor 400 (max_tokens not above budget_tokens) reaches the client as invalid_request_error.
+    let bad_thinking = r#"{"model":"claude-sonnet-4-5","max_tokens":100,"thinking":{"type":"enabled","budget_tokens":2000},"messages":[{"role":"user","content":"hi"}]}"#;
+    anthropic_error(&post_raw("/v1/messages", KEY, bad_thinking, &[]), 400, "invalid_request_error");
+    let big = format!(
+        r#"{{"model":"claude-sonnet-4-5","max_tokens":1,"messages":[{{"role":"user","content":"{}"}}]}}"#,
+        "a".repeat(9 << 20)
+    );
+    anthropic_error(&post_raw("/v1/messages", KEY, &big, &[]), 413, "request_too_large");
+    let get = ureq::get(&stack().url("/v1/messages")).call();
+    let Err(ureq::Error::Status(405, resp)) = get else { panic!("GET /v1/messages: {get:?}") };
+    assert_eq!(serde_json::from_str::<Value>(&resp.into_string().unwrap()).unwrap()["type"], "error");
+}
+
+#[test]
+fn a_stream_cut_after_its_first_byte_ends_with_an_error_event() {
+    let s = stack();
+    let body = json!({"model": "claude-cut-test", "max_tokens": 64, "stream": true, "messages": [{"role": "user", "content": "cut me"}]});
+    // The deployment's mock model cuts every stream after three content events.
+    let r = post_raw("/v1/messages", KEY, &body.to_string(), &[]);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body.contains("event: content_block_delta"), "{}", r.body);
+    assert!(!r.body.contains("event: message_stop"), "{}", r.body);
+    let last = r.body.trim_end().rsplit("\n\n").next().unwrap();
+    assert!(last.starts_with("event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":"), "{last}");
+    assert_eq!(s.upstream_calls(&r).len(), 1, "a started stream is never retried");
+}
+
+/// The vendor's bytes for one conversation turn: the mock's record of the upstream request.
+fn upstream_raw(s: &Stack, r: &Reply) -> String {
+    let last = s.upstream_last(r);
+    last["body_raw"].as_str().unwrap_or_else(|| panic!("no body_raw: {last}")).to_string()
+}
+
+#[test]
+fn pass_through_bodies_are_byte_identical_but_for_the_model_over_a_thinking_tool_conversation() {
+    let s = stack();
+    let tools = r#"[{"name":"get_weather","description":"Weather","input_schema":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]},"cache_control":{"type":"ephemeral","ttl":"1h"}}]"#;
+    let system = r#"[ {"type":"text","text":"x-anthropic-billing-header: cc_version=2.1.332.abc;"},
+        {"type":"text","text":"You are terse.","cache_control":{"type":"ephemeral"}} ]"#;
+    let thinking = r#"{"type":"enabled","budget_tokens":1024,"display":"omitted"}"#;
+    let beta = "claude-code-20250219,interleaved-thinking-2025-05-14,context-management-2025-06-27";
+    // Odd spacing, key order, unknown fields and unicode: all must reach the vendor unchanged.
+    let first = format!(
+        "{{\"max_tokens\": 4096,\n  \"model\" : \"{SONNET}\", \"tools\":{tools},\"system\":{system},\"thinking\":{thinking},\
+         \"context_management\":{{\"edits\":[{{\"type\":\"clear_thinking_20251015\",\"keep\":\"all\"}}]}},\
+         \"metadata\":{{\"user_id\":\"{{\\\"session_id\\\":\\\"sess-bytes\\\"}}\"}},\"zz_future_field\":[1.50,true,null],\
+         \"messages\":[{{\"role\":\"user\",\"content\":[{{\"type\":\"text\",\"text\":\"Weather in Zürich? \\u263a\",\"cache_control\":{{\"type\":\"ephemeral\"}}}}]}}]}}"
+    );
+    let r1 = post_raw("/v1/messages?beta=true", KEY, &first, &[("anthropic-beta", beta)]);
+    assert_eq!(r1.status, 200, "{}", r1.body);
+    let sent = upstream_raw(s, &r1);
+    assert_eq!(sent, first.replacen(&format!("\"{SONNET}\""), &format!("\"{UPSTREAM}\""), 1));
+    let call = s.upstream_last(&r1);
+    assert_eq!(call["headers"]["anthropic-beta"], beta, "{call}");
+    assert_eq!(call["headers"]["anthropic-version"], "2023-06-01", "{call}");
+    assert_eq!(call["path"], "/v1/messages");
+
+    // Turn 2 replays the assistant's content verbatim (thinking signature included) with the tool result.
+    let answer: Value = serde_json::from_str(&r1.body).unwrap();
+    assert_eq!(answer["model"], UPSTREAM, "the vendor's body comes back as sent");
+    assert_eq!(answer["stop_reason"], "tool_use", "{answer}");
+    assert_eq!(answer["content"][0]["type"], "thinking", "{answer}");
+    let tool_id = answer["content"].as_array().unwrap().iter().find(|b| b["type"] == "tool_use").unwrap()["id"].clone();
+    let content = answer["content"].to_string();
+    let history = format!(
+        "{{\"role\":\"user\",\"content\":[{{\"type\":\"text\",\"text\":\"Weather in Zürich? \\u263a\"}}]}},\
+         {{\"role\":\"assistant\",\"content\":{content}}},\
+         {{\"role\":\"user\",\"content\":[{{\"type\":\"tool_result\",\"tool_use_id\":{tool_id},\"content\":\"18°C\",\"cache_control\":{{\"type\":\"ephemeral\"}}}}]}}"
+    );
+    let second = format!(
+        "{{\"model\":\"{SONNET}\",\"max_tokens\":4096,\"stream\":true,\"tools\":{tools},\"system\":{system},\"thinking\":{thinking},\"messages\":[{history}]}}"
+    );
+    let r2 = post_raw("/v1/messages?beta=true", KEY, &second, &[("anthropic-beta", beta)]);
+    assert_eq!(r2.status, 200, "{}", r2.body);
+    assert!(r2.body.contains("event: message_stop"), "the mock accepted the replayed signature: {}", r2.body);
+    assert_eq!(upstream_raw(s, &r2), second.replacen(&format!("\"{SONNET}\""), &format!("\"{UPSTREAM}\""), 1));
+
+    // A changed signature gets the vendor's 400, passed on as invalid_request_error.
+    let sig = answer["content"][0]["signature"].as_str().unwrap();
+    let tampered = second.replace(sig, &format!("{}AAAA", &sig[..sig.len() - 4]));
+    anthropic_error(
+        &post_raw("/v1/messages", KEY, &tampered, &[("anthropic-beta", beta)]),
+        400,
+        "invalid_request_error",
+    );
+}
+
+/// A text that varies between calls, and the characters it is made of.
+type Varying = (&'static str, fn(char) -> bool);
+
+/// Replaces what differs between two calls of the mock: message and tool ids, reply numbers.
+fn normalize(sse: &str) -> String {
+    let mut out = String::with_capacity(sse.len());
+    let mut rest = sse;
+    let varying: [Varying; 4] = [
+        ("msg_", |c| c.is_ascii_alphanumeric()),
+        ("toolu_", |c| c.is_ascii_alphanumeric()),
+        ("number ", |c| c.is_ascii_digit()),
+        ("\"text\":\" ", |c| c.is_ascii_digit()),
+    ];
+    while !rest.is_empty() {
+        let next = varying.iter().filter_map(|(p, f)| rest.find(p).map(|i| (i, *p, *f))).min_by_key(|(i, _, _)| *i);
+        let Some((at, prefix, varies)) = next else {
+            out.push_str(rest);
+            break;
+        };
+        out.push_str(&rest[..at + prefix.len()]);
+        out.push('*');
+        rest = rest[at + prefix.len()..].trim_start_matches(varies);
+    }
+    out
+}
+
+#[test]
+fn sse_events_are_relayed_as_the_vendor_sent_them() {
+    let s = stack();
+    let body = json!({"model": "claude-sse-test", "max_tokens": 64, "stream": true,
+        "tools": [{"name": "lookup", "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}}}],
+        "messages": [{"role": "user", "content": "stream please"}]});
+    let through = post_raw("/v1/messages", KEY, &body.to_string(), &[]);
+    assert_eq!(through.status, 200, "{}", through.body);
+    assert!(through.header("content-type").is_some_and(|c| c.starts_with("text/event-stream")));
+    // The same request straight to the vendor, with the deployment's model name.
+    let mut direct_body = body.clone();
+    direct_body["model"] = json!("claude-msg-sse");
+    let direct = ureq::post(&format!("{}/v1/messages", s.mock))
+        .set("x-api-key", "sk-ant-mock-local")
+        .set("anthropic-version", "2023-06-01")
+        .send_string(&direct_body.to_string())
+        .expect("mock direct");
+    let mut direct_text = String::new();
+    direct.into_reader().read_to_string(&mut direct_text).unwrap();
+    assert!(through.body.contains("event: ping"), "{}", through.body);
+    assert!(through.body.contains("input_json_delta"), "{}", through.body);
+    assert_eq!(normalize(&through.body), normalize(&direct_text));
+}
+
+#[test]
+fn count_tokens_is_forwarded_to_the_anthropic_deployment() {
+    let s = stack();
+    let body =
+        r#"{"model":"claude-sonnet-4-5","system":"You are terse.","messages":[{"role":"user","content":"count me"}]}"#;
+    let r = post_raw("/v1/messages/count_tokens?beta=true", KEY, body, &[]);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let n = r.json()["input_tokens"].as_u64().expect("input_tokens");
+    assert!(n > 0);
+    let call = s.upstream_last(&r);
+    assert_eq!(call["path"], "/v1/messages/count_tokens");
+    assert_eq!(call["body_raw"], body.replace(SONNET, UPSTREAM));
+}
+
+fn exported_events(s: &Stack, ids: &[String]) -> Vec<Value> {
+    let out = PathBuf::from(&s.root).join(format!("target/e2e/{}/messages-usage", std::process::id()));
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let mut found: Vec<Value> = Vec::new();
+        for text in s.exported_usage(&out).values() {
+            for line in text.lines() {
+                let Ok(e) = serde_json::from_str::<Value>(line) else { continue };
+                if e["tenant"] == MESSAGES_TENANT
+                    && ids.iter().any(|id| e["event_id"] == id.as_str())
+                    && !found.iter().any(|f| f["event_id"] == e["event_id"])
+                {
+                    found.push(e);
+                }
+            }
+        }
+        if found.len() == ids.len() || Instant::now() > deadline {
+            return found;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// The vendor's usage as the client saw it (JSON body, or `message_start` + `message_delta`).
+fn vendor_usage(r: &Reply) -> Value {
+    if !r.body.starts_with("event:") {
+        return r.json()["usage"].clone();
+    }
+    let mut usage = json!({});
+    for data in r.body.lines().filter_map(|l| l.strip_prefix("data: ")) {
+        let v: Value = serde_json::from_str(data).unwrap();
+        let part = match v["type"].as_str() {
+            Some("message_start") => &v["message"]["usage"],
+            Some("message_delta") => &v["usage"],
+            _ => continue,
+        };
+        for (k, val) in part.as_object().unwrap() {
+            usage[k] = val.clone();
+        }
+    }
+    usage
+}
+
+#[test]
+fn usage_events_match_the_vendor_usage_exactly_with_cache_tokens() {
+    let s = stack();
+    let system = json!([{"type": "text", "text": "Usage test: you are terse and exact.", "cache_control": {"type": "ephemeral", "ttl": "1h"}},
+                        {"type": "text", "text": "Second block, cached for five minutes.", "cache_control": {"type": "ephemeral"}}]);
+    let body = |stream: bool, text: &str| {
+        json!({"model": "claude-haiku-4-5-20251001", "max_tokens": 2048, "stream": stream, "system": system,
+               "thinking": {"type": "enabled", "budget_tokens": 1024},
+               "messages": [{"role": "user", "content": text}]})
+        .to_string()
+    };
+    let replies = [
+        post_raw("/v1/messages", KEY_MESSAGES, &body(false, "first: writes the cache"), &[]),
+        post_raw("/v1/messages", KEY_MESSAGES, &body(false, "second: reads it"), &[]),
+        post_raw("/v1/messages?beta=true", KEY_MESSAGES, &body(true, "third: streamed read"), &[]),
+    ];
+    // A stream the vendor cuts mid-answer: billed for what it reported, flagged like the chat path.
+    let cut = json!({"model": "claude-cut-test", "max_tokens": 64, "stream": true, "messages": [{"role": "user", "content": "cut"}]});
+    let cut = post_raw("/v1/messages", KEY_MESSAGES, &cut.to_string(), &[]);
+    assert_eq!(cut.status, 200, "{}", cut.body);
+    let cut_id = cut.header("x-request-id").expect("x-request-id").to_string();
+    let mut ids: Vec<String> = replies
+        .iter()
+        .map(|r| {
+            assert_eq!(r.status, 200, "{}", r.body);
+            r.header("x-request-id").expect("x-request-id").to_string()
+        })
+        .collect();
+    let first = vendor_usage(&replies[0]);
+    assert!(first["cache_creation"]["ephemeral_1h_input_tokens"].as_u64().unwrap() > 0, "{first}");
+    assert!(first["cache_creation"]["ephemeral_5m_input_tokens"].as_u64().unwrap() > 0, "{first}");
+    assert!(vendor_usage(&replies[1])["cache_read_input_tokens"].as_u64().unwrap() > 0);
+    ids.push(cut_id.clone());
+    let events = exported_events(s, &ids);
+    assert_eq!(events.len(), ids.len(), "events found: {events:?}");
+    let cut_event = events.iter().find(|e| e["event_id"] == cut_id.as_str()).unwrap();
+    assert_eq!(cut_event["status"], 502, "{cut_event}");
+    assert_eq!(cut_event["error_code"], "upstream_stream_interrupted", "{cut_event}");
+    assert_eq!(cut_event["input_tokens"], vendor_usage(&cut)["input_tokens"], "{cut_event}");
+    assert_eq!(cut_event["ingress"], "messages", "{cut_event}");
+    ids.pop();
+    for (reply, id) in replies.iter().zip(&ids) {
+        let u = vendor_usage(reply);
+        let e = events.iter().find(|e| e["event_id"] == id.as_str()).unwrap();
+        let n = |v: &Value, k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k} missing in {v}"));
+        assert_eq!(e["ingress"], "messages", "{e}");
+        assert_eq!(e["logical_model"], "msg-claude", "{e}");
+        assert_eq!(e["estimated"], false, "{e}");
+        assert_eq!(n(e, "input_tokens"), n(&u, "input_tokens"), "{e}");
+        assert_eq!(n(e, "output_tokens"), n(&u, "output_tokens"), "{e}");
+        assert_eq!(n(e, "cached_read_tokens"), n(&u, "cache_read_input_tokens"), "{e}");
+        assert_eq!(n(e, "cache_write_tokens"), n(&u, "cache_creation_input_tokens"), "{e}");
+        assert_eq!(n(e, "cache_write_1h_tokens"), n(&u["cache_creation"], "ephemeral_1h_input_tokens"), "{e}");
+        // claude-sonnet-4-5 prices (µ$/Mtok): input 3, output 15, read 0.3, 5m write 3.75, 1h write 6.
+        let w1h = n(&u["cache_creation"], "ephemeral_1h_input_tokens");
+        let w5m = n(&u, "cache_creation_input_tokens") - w1h;
+        let micro = n(&u, "input_tokens") * 3_000_000
+            + n(&u, "output_tokens") * 15_000_000
+            + n(&u, "cache_read_input_tokens") * 300_000
+            + w5m * 3_750_000
+            + w1h * 6_000_000;
+        assert_eq!(n(e, "cost_micro_usd"), (micro + 500_000) / 1_000_000, "{e}");
+        let reads = n(&u, "cache_read_input_tokens");
+        let full = micro + reads * (3_000_000 - 300_000);
+        assert_eq!(
+            n(e, "cache_savings_micro_usd"),
+            (full + 500_000) / 1_000_000 - (micro + 500_000) / 1_000_000,
+            "{e}"
+        );
+        assert_eq!(e["price_version"], "claude-sonnet-4-5@2025-09-29T00:00:00Z", "{e}");
+    }
+}
+
+/// Claude Code's own run against the gateway: `claude -p` through tests/e2e/agents/claude_code.sh.
+/// Claude Code picks its model by name (and enables thinking only for names it knows), so the test
+/// keeps `claude-sonnet-4-5` and chooses the logical model with the gateway's task header.
+fn claude_code(task: &str, auth: &str) -> std::process::Output {
+    let s = stack();
+    std::process::Command::new(s.root.join("tests/e2e/agents/claude_code.sh"))
+        .args(["--base-url", &s.gateway, "--key", KEY, "--auth", auth, "--model", SONNET, "--tools", "Read"])
+        .args(["--timeout", "90", "--header", &format!("x-gateway-task: {task}"), "say hello"])
+        .output()
+        .expect("run claude_code.sh")
+}
+
+#[test]
+fn claude_code_completes_a_prompt_through_the_gateway_to_an_anthropic_deployment() {
+    let s = stack();
+    let before = s.mock_calls("claude-msg-cc");
+    let out = claude_code("msg-claude-code", "bearer");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "claude_code.sh failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("Hello from claude-msg-cc"), "{stdout}");
+    // One tool turn with Read: the tool call, then the answer after the tool result.
+    assert!(s.mock_calls("claude-msg-cc") >= before + 2);
+    let last = s.mock_last("claude-msg-cc");
+    assert_eq!(last["query"], "beta=true", "{}", last["query"]);
+    assert!(last["headers"]["anthropic-beta"].as_str().is_some_and(|b| b.contains("claude-code-20250219")));
+    let body: Value = serde_json::from_str(last["body_raw"].as_str().unwrap()).unwrap();
+    assert_eq!(body["model"], "claude-msg-cc");
+    assert!(body["messages"].as_array().unwrap().iter().any(|m| m["role"] == "assistant"
+        && m["content"].as_array().is_some_and(|c| c.iter().any(|b| b["type"] == "thinking"))));
+}
+
+#[test]
+fn claude_code_completes_a_prompt_through_the_gateway_to_an_openai_format_deployment() {
+    let s = stack();
+    let before = s.mock_calls("gpt-msg-e2e");
+    let out = claude_code("msg-gpt", "api-key");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "claude_code.sh failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("Hello from gpt-msg-e2e"), "{stdout}");
+    assert!(s.mock_calls("gpt-msg-e2e") >= before + 2, "the tool turn and the answer");
+    let last = s.mock_last("gpt-msg-e2e");
+    assert_eq!(last["path"], "/v1/chat/completions");
+    let body = &last["body"];
+    let messages = body["messages"].as_array().unwrap();
+    assert_eq!(messages[0]["role"], "system");
+    assert!(messages.iter().any(|m| m["role"] == "tool"), "the tool result went back as a tool message");
+    assert!(body.get("thinking").is_none() && body.get("context_management").is_none(), "{body}");
+}
+
+#[test]
+fn translated_stream_to_an_openai_format_deployment_is_a_well_formed_messages_stream() {
+    let body = json!({"model": "gpt-as-claude", "max_tokens": 64, "stream": true,
+        "tools": [{"name": "lookup", "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}}],
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "find it"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}]}]});
+    let r = post_raw("/v1/messages", KEY, &body.to_string(), &[]);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let names: Vec<&str> = r.body.lines().filter_map(|l| l.strip_prefix("event: ")).collect();
+    assert_eq!(names.first(), Some(&"message_start"), "{}", r.body);
+    assert_eq!(names.last(), Some(&"message_stop"), "{}", r.body);
+    assert!(r.body.contains("\"stop_reason\":\"tool_use\""), "{}", r.body);
+    assert!(r.body.contains("\"partial_json\""), "{}", r.body);
+    let sent = stack().upstream_last(&r);
+    let user = &sent["body"]["messages"][0]["content"];
+    assert_eq!(user[1]["image_url"]["url"], "data:image/png;base64,iVBORw0KGgo=", "{user}");
+    // A PDF cannot go to this deployment: a 400 naming it, before any upstream call.
+    let pdf = json!({"model": "gpt-as-claude", "max_tokens": 16, "messages": [{"role": "user", "content": [
+        {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0="}}]}]});
+    let refused = post_raw("/v1/messages", KEY, &pdf.to_string(), &[]);
+    anthropic_error(&refused, 400, "invalid_request_error");
+    assert!(refused.body.contains("PDF"), "{}", refused.body);
+}
+
+#[test]
+fn agent_max_tokens_does_not_exhaust_a_small_tpm_bucket() {
+    // TPM 10,000: reserving max_tokens (32,000, capped at the bucket's capacity) would admit one
+    // call at a time; the learned estimate (what the deployment returned lately) admits them all.
+    let body =
+        json!({"model": "claude-tpm-test", "max_tokens": 32000, "messages": [{"role": "user", "content": "hi"}]});
+    let no_wait = [("x-gateway-max-wait-ms", "0")];
+    let first = post_raw("/v1/messages", KEY, &body.to_string(), &no_wait);
+    assert_eq!(first.status, 200, "{}", first.body);
+    let calls: Vec<_> = (0..4)
+        .map(|_| {
+            let body = body.to_string();
+            std::thread::spawn(move || post_raw("/v1/messages", KEY, &body, &no_wait))
+        })
+        .collect();
+    for (i, call) in calls.into_iter().enumerate() {
+        let r = call.join().unwrap();
+        assert_eq!(r.status, 200, "concurrent call {i}: {}", r.body);
+    }
+}
+
+#[test]
+fn one_agent_session_keeps_its_deployment_for_prompt_cache_hits() {
+    let deployment_of = |headers: &[(&str, &str)], user_id: Option<&str>, nonce: usize| {
+        let mut body = json!({"model": "claude-affinity-test", "max_tokens": 16,
+            "system": [{"type": "text", "text": format!("x-anthropic-billing-header: cc_version=2.1.332.{nonce:03x};")}],
+            "messages": [{"role": "user", "content": "hi"}]});
+        if let Some(id) = user_id {
+            body["metadata"] = json!({"user_id": id});
+        }
+        let r = post_raw("/v1/messages", KEY, &body.to_string(), headers);
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.header("x-gateway-deployment").expect("x-gateway-deployment").to_string()
+    };
+    // The billing line in the system prompt changes every run; the session alone decides.
+    for session in ["sess-a", "sess-b", "sess-c"] {
+        let seen: std::collections::BTreeSet<String> =
+            (0..6).map(|i| deployment_of(&[("x-claude-code-session-id", session)], None, i)).collect();
+        assert_eq!(seen.len(), 1, "session {session} moved between deployments: {seen:?}");
+        let user_id = format!("{{\"device_id\":\"d\",\"session_id\":\"{session}\"}}");
+        let seen: std::collections::BTreeSet<String> = (0..6).map(|i| deployment_of(&[], Some(&user_id), i)).collect();
+        assert_eq!(seen.len(), 1, "metadata session {session} moved between deployments: {seen:?}");
+    }
+    // Without a session, traffic splits by weight.
+    let spread: std::collections::BTreeSet<String> = (0..24).map(|i| deployment_of(&[], None, i)).collect();
+    assert_eq!(spread.len(), 2, "{spread:?}");
+}
