@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Key {
     Status,
+    EchoCredential,
     RetryAfter,
     RemainingRequests,
     RemainingTokens,
@@ -38,6 +39,8 @@ const ANY: Kind = Kind::Number { min: 0, max: u64::MAX / 2 };
 
 const KEYS: &[(&str, Key, Kind)] = &[
     ("status", Key::Status, Kind::Number { min: 400, max: 599 }),
+    // A 400 whose message repeats the credential as presented, as some vendors' errors do.
+    ("echo_key", Key::EchoCredential, Kind::Flag),
     ("retry_after", Key::RetryAfter, ANY),
     ("remaining_requests", Key::RemainingRequests, ANY),
     ("remaining_tokens", Key::RemainingTokens, ANY),

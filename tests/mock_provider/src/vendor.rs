@@ -59,6 +59,22 @@ pub fn respond(api: Api, call: &Call, endpoint: impl FnOnce(&Call, &Faults) -> R
     resp.with_header(id_header, &call.request_id)
 }
 
+/// A 400 that repeats the presented credential verbatim (no known key prefix needed to leak it).
+fn echo_key_error(api: Api, call: &Call) -> Response {
+    let header =
+        |name: &str| call.req.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.clone());
+    let key = header("authorization")
+        .map(|v| v.trim_start_matches("Bearer ").to_string())
+        .or_else(|| header("x-api-key"))
+        .or_else(|| header("api-key"))
+        .unwrap_or_default();
+    let message = format!("The API key {key} is not valid for this endpoint.");
+    match api {
+        Api::OpenAi => openai::error(400, &message, "invalid_request_error", None, Some("invalid_key_format")),
+        Api::Anthropic => anthropic::error(400, "invalid_request_error", &message, &call.request_id),
+    }
+}
+
 fn run(api: Api, call: &Call, faults: &Faults, endpoint: impl FnOnce(&Call, &Faults) -> Response) -> Response {
     let auth_error = match api {
         Api::OpenAi => openai::auth_error(call.req),
@@ -66,6 +82,9 @@ fn run(api: Api, call: &Call, faults: &Faults, endpoint: impl FnOnce(&Call, &Fau
     };
     if let Some(resp) = auth_error {
         return resp;
+    }
+    if faults.has(Key::EchoCredential) {
+        return echo_key_error(api, call);
     }
     let fault_error = match api {
         Api::OpenAi => openai::fault_error(faults, call.base_model()),
@@ -148,6 +167,15 @@ mod tests {
 
     fn header<'r>(resp: &'r Response, name: &str) -> Option<&'r str> {
         resp.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+
+    #[test]
+    fn echo_key_repeats_the_presented_credential() {
+        let req = request(&[("authorization", "Bearer abc.DEF123456")]);
+        let call = Call::new(&req, json!({"model": "gpt+echo_key"}), 1, None);
+        let resp = respond(Api::OpenAi, &call, ok);
+        assert_eq!(resp.status, 400);
+        assert!(resp.body_json().unwrap()["error"]["message"].as_str().unwrap().contains("abc.DEF123456"));
     }
 
     #[test]

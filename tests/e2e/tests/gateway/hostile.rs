@@ -59,3 +59,19 @@ fn a_huge_user_field_cannot_erase_other_tenants_usage_events() {
         assert!(user.chars().count() <= 257 && user.ends_with('…'), "end_user is bounded: {} chars", user.len());
     }
 }
+
+#[test]
+fn a_vendor_error_echoing_the_deployments_key_never_shows_it_whatever_its_format() {
+    let s = stack();
+    // MOCK_GLM_KEY (dev/dev.vars) has no well-known prefix: only redaction by value can catch it.
+    let secret = "3f9a1c2e7b8d4a6f.Zk9XqLmNoPqRsTuV";
+    let r = post(
+        &s.url("/v1/chat/completions"),
+        KEY,
+        &json!({"model": "echoes-key", "messages": [{"role": "user", "content": "hi"}]}),
+    );
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!(s.upstream_last(&r)["headers"]["authorization"], format!("Bearer {secret}"), "the key was sent");
+    assert!(!r.body.contains(secret) && !r.body.contains("Zk9XqLmNoPqRsTuV"), "leaked: {}", r.body);
+    assert!(r.body.contains("[credential]"), "{}", r.body);
+}
