@@ -28,6 +28,8 @@ TARGETS = {
     "mf_gateway_limited": ("miniflare", "gateway, model with limits (limiter DO)"),
     "mf_gateway_do": ("miniflare", "gateway, limits with every request through the DO (no leases)"),
     "workerd_floor": ("workerd", "floor: constant worker (JS)"),
+    "mf_direct_messages": ("mock", "direct to the mock vendor's /v1/messages"),
+    "mf_gateway_messages": ("miniflare", "gateway /v1/messages, passed through to an Anthropic deployment"),
     "mf_gateway_nolog": ("miniflare", "experiment: gateway with `console.log` stubbed out"),
     "mf_gateway_nolog_noqueue": ("miniflare", "experiment: gateway with `console.log` and the usage queue's `send` stubbed out"),
 }
@@ -272,6 +274,19 @@ def render(results):
     p("")
     p("¹ For streams the floor column is the passthrough worker (a constant worker cannot stream the mock's events).")
     p("")
+
+    # ---- Messages door -------------------------------------------------------------------------
+    dm, gm, dc, gc = (W.get(n) for n in ("mf_direct_messages", "mf_gateway_messages", "direct", "mf_gateway"))
+    if all(x and x.get(1) and x.get(conns) for x in (dm, gm, dc, gc)):
+        p("**The Messages door beside chat completions** (Miniflare; each door's gateway figures against a direct call "
+          "to the mock's own endpoint for that format; both doors pass the body through with the model spliced):")
+        p("")
+        p(f"| door | direct c=1 p50 (ms) | gateway c=1 p50 (ms) | added p50 | direct c={conns} req/s | gateway c={conns} req/s | gateway / direct |")
+        p("|---|---:|---:|---:|---:|---:|---:|")
+        for label, d, g in (("`/v1/chat/completions` → OpenAI", dc, gc), ("`/v1/messages` → Anthropic", dm, gm)):
+            p(f"| {label} | {ms(d[1]['p50'])} | {ms(g[1]['p50'])} | {signed(g[1]['p50'] - d[1]['p50'])} "
+              f"| {rps(d[conns]['rps'])} | {rps(g[conns]['rps'])} | {ratio(g[conns]['rps'], d[conns]['rps'])} |")
+        p("")
 
     # ---- Limiter -------------------------------------------------------------------------------
     p("**The limiter** (the same gateway model with and without `limits`, so the deployment's Durable Object is on the path):")
