@@ -57,13 +57,7 @@ impl TenantRule {
 impl BudgetTable {
     /// Parses and validates; every problem found is returned, not just the first.
     pub fn parse(text: &str) -> Result<BudgetTable, Vec<String>> {
-        let table: BudgetTable = serde_json::from_str(text).map_err(|e| vec![e.to_string()])?;
-        let problems = table.problems();
-        if problems.is_empty() {
-            Ok(table)
-        } else {
-            Err(problems)
-        }
+        crate::config::parse_checked(text, BudgetTable::problems)
     }
 
     fn problems(&self) -> Vec<String> {

@@ -57,13 +57,9 @@ pub fn tenant_kv_name(tenant: &str) -> String {
 impl TenantRecord {
     /// Parses and validates; every problem found is returned.
     pub fn parse(text: &str) -> Result<TenantRecord, Vec<String>> {
-        let record: TenantRecord = serde_json::from_str(text).map_err(|e| vec![e.to_string()])?;
-        let problems = record.limits.as_ref().map(Limits::problems).unwrap_or_default();
-        if problems.is_empty() {
-            Ok(record)
-        } else {
-            Err(problems)
-        }
+        crate::config::parse_checked(text, |r: &TenantRecord| {
+            r.limits.as_ref().map(Limits::problems).unwrap_or_default()
+        })
     }
 }
 

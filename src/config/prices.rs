@@ -81,13 +81,7 @@ impl PriceEntry {
 impl PriceTable {
     /// Parses and validates; every problem found is returned, not just the first.
     pub fn parse(text: &str) -> Result<PriceTable, Vec<String>> {
-        let table: PriceTable = serde_json::from_str(text).map_err(|e| vec![e.to_string()])?;
-        let problems = table.problems();
-        if problems.is_empty() {
-            Ok(table)
-        } else {
-            Err(problems)
-        }
+        crate::config::parse_checked(text, PriceTable::problems)
     }
 
     fn problems(&self) -> Vec<String> {

@@ -18,7 +18,6 @@ use crate::pipeline::step::{Answer, ClientStream, VendorStep};
 use crate::providers::{self, StreamTranslator, UpstreamCall, UpstreamError};
 use crate::support::clock::now_ms;
 use crate::usage::record::RequestOutcome;
-use crate::usage::record::RequestShape;
 use worker::{Context, Env, Response};
 
 pub async fn completions(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context) -> Result<Response, ApiError> {
@@ -35,18 +34,7 @@ pub async fn completions(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Con
         return serve_cached(answer, &chat, &rc, &logical, ctx, env);
     }
     let mut outcome = RequestOutcome::new(&rc, &logical, chat.is_stream());
-    outcome.describe(&chat);
-    let shape = RequestShape {
-        text_chars: chat.text_chars(),
-        messages: chat.messages.len(),
-        max_output: chat.max_output_tokens(),
-    };
-    let needs = Needs {
-        tools: chat.needs_tools(),
-        json_mode: chat.needs_json(),
-        vision: chat.needs_vision(),
-        context_tokens: 0,
-    };
+    let shape = outcome.describe(&chat);
     let trip = Trip {
         rc: &rc,
         logical_model: &logical,
@@ -54,8 +42,8 @@ pub async fn completions(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Con
         chain,
         body: &body,
         stream: chat.is_stream(),
-        shape: outcome.shape.unwrap_or(shape),
-        needs,
+        shape,
+        needs: Needs::of(&chat),
         outcome,
         cache: Some(&cache),
         unserved: "No deployment of this model can serve this request.",

@@ -68,7 +68,6 @@ pub async fn create(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context)
     let mut outcome = RequestOutcome::new(&rc, &logical, false);
     outcome.ingress = Ingress::Embeddings;
     outcome.shape = Some(shape);
-    outcome.ingress = Ingress::Embeddings;
     let trip = Trip {
         rc: &rc,
         logical_model: &logical,

@@ -76,7 +76,7 @@ pub async fn create(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context)
     let logical = rc.task.clone().unwrap_or(requested);
     // The chat form is needed only if a chat deployment is tried; its error waits until then.
     let plan = request::to_chat(&req);
-    let chat = plan.as_ref().map_err(Clone::clone).and_then(|p| ChatRequest::parse(p.chat.to_string().as_bytes()));
+    let mut chat = plan.as_ref().map_err(Clone::clone).and_then(|p| ChatRequest::parse(p.chat.to_string().as_bytes()));
     let table = route::table(env, &rc).await?;
     let model = route::model(&table, &rc, &logical)?;
     // Codex's `prompt_cache_key` is its session id: the session keeps one deployment while healthy.
@@ -84,27 +84,20 @@ pub async fn create(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context)
     let chain = table.chain(&logical, rc.random, session).unwrap_or_default();
     let mut outcome = RequestOutcome::new(&rc, &logical, stream);
     outcome.ingress = Ingress::Responses;
-    let shape = match &chat {
+    let (shape, needs) = match &mut chat {
         Ok(chat) => {
-            let mut described = chat.clone();
-            described.metadata = req.get("metadata").and_then(Value::as_object).cloned();
-            outcome.describe(&described);
-            outcome.shape.unwrap_or(RequestShape { text_chars: body.len(), messages: 1, max_output: None })
+            // Tags come from the Responses request's own `metadata`; the chat form sent upstream keeps its own.
+            let own = std::mem::replace(&mut chat.metadata, req.get("metadata").and_then(Value::as_object).cloned());
+            let shape = outcome.describe(chat);
+            chat.metadata = own;
+            (shape, Needs::of(chat))
         }
         Err(_) => {
             let max_output = req.get("max_output_tokens").and_then(Value::as_u64);
-            RequestShape { text_chars: body.len(), messages: 1, max_output }
+            let shape = RequestShape { text_chars: body.len(), messages: 1, max_output };
+            outcome.shape = Some(shape);
+            (shape, Needs::default())
         }
-    };
-    outcome.shape = Some(shape);
-    let needs = match &chat {
-        Ok(chat) => Needs {
-            tools: chat.needs_tools(),
-            json_mode: chat.needs_json(),
-            vision: chat.needs_vision(),
-            context_tokens: 0,
-        },
-        Err(_) => Needs::default(),
     };
     let trip = Trip {
         rc: &rc,

@@ -1,6 +1,7 @@
 //! The capability gate: a deployment that declares it lacks what the request needs (tools, JSON
 //! mode, vision, context window) is skipped; an undeclared capability passes with a warning.
 
+use crate::canonical::ChatRequest;
 use crate::config::routes::Capabilities;
 
 /// What a request needs from a deployment.
@@ -11,6 +12,18 @@ pub struct Needs {
     pub vision: bool,
     /// Estimated prompt tokens plus the output budget.
     pub context_tokens: u64,
+}
+
+impl Needs {
+    /// What a chat-shaped request asks of a deployment (the context size is not estimated here).
+    pub fn of(chat: &ChatRequest) -> Needs {
+        Needs {
+            tools: chat.needs_tools(),
+            json_mode: chat.needs_json(),
+            vision: chat.needs_vision(),
+            context_tokens: 0,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

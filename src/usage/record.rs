@@ -157,15 +157,18 @@ impl RequestOutcome {
     }
 
     /// Records what the usage event needs from a chat request: tags, end user, estimate inputs.
-    pub fn describe(&mut self, chat: &ChatRequest) {
+    /// Returns the request's shape, so callers need not walk its text a second time.
+    pub fn describe(&mut self, chat: &ChatRequest) -> RequestShape {
         let metadata = chat.metadata.as_ref().map(tags::metadata_tags).unwrap_or_default();
         self.tags = tags::merge_tags(std::mem::take(&mut self.tags), metadata);
         self.end_user = chat.user.clone().filter(|u| !u.is_empty());
-        self.shape = Some(RequestShape {
+        let shape = RequestShape {
             text_chars: chat.text_chars(),
             messages: chat.messages.len(),
             max_output: chat.max_output_tokens(),
-        });
+        };
+        self.shape = Some(shape);
+        shape
     }
 
     /// Served from the response cache: no upstream attempt; `usage` is what the original request
