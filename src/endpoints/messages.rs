@@ -108,6 +108,7 @@ async fn handle(
     let mut outcome = RequestOutcome::new(&rc, &logical, request.stream);
     outcome.ingress = Ingress::Messages;
     outcome.shape = Some(shape);
+    outcome.end_user = request.user_id.clone();
     let trip = Trip {
         rc: &rc,
         logical_model: &logical,
@@ -140,6 +141,8 @@ pub struct MessagesRequest {
     pub needs: Needs,
     /// The session in `metadata.user_id` (Claude Code puts a JSON string with `session_id` there).
     pub session: Option<String>,
+    /// `metadata.user_id` as sent: Anthropic's end-user id, the usage event's `end_user`.
+    pub user_id: Option<String>,
     pub value: Value,
 }
 
@@ -171,10 +174,11 @@ impl MessagesRequest {
             vision: messages.iter().any(has_image),
             context_tokens: 0,
         };
-        let session =
-            obj.get("metadata").and_then(|m| m.get("user_id")).and_then(Value::as_str).and_then(session_of_user_id);
+        let user_id = obj.get("metadata").and_then(|m| m.get("user_id")).and_then(Value::as_str);
+        let session = user_id.and_then(session_of_user_id);
+        let user_id = user_id.filter(|u| !u.is_empty()).map(str::to_string);
         let messages = messages.len();
-        Ok(MessagesRequest { model, stream, max_output, text_chars, messages, needs, session, value })
+        Ok(MessagesRequest { model, stream, max_output, text_chars, messages, needs, session, user_id, value })
     }
 }
 
@@ -320,6 +324,7 @@ mod tests {
         assert!(r.stream && r.needs.tools && r.needs.vision);
         assert_eq!(r.max_output, Some(32000));
         assert_eq!(r.session.as_deref(), Some("s-1"));
+        assert_eq!(r.user_id.as_deref(), Some(r#"{"device_id":"d","session_id":"s-1"}"#));
         assert_eq!(r.messages, 1);
         // image bytes are not text
         assert_eq!(

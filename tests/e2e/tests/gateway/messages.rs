@@ -506,6 +506,7 @@ fn a_compressing_vendor_answers_decodably_and_its_usage_is_still_read() {
     let s = stack();
     let messages = |stream: bool| {
         json!({"model": "claude-gzip-test", "max_tokens": 64, "stream": stream,
+               "metadata": {"user_id": "user-gzip-e2e"},
                "messages": [{"role": "user", "content": format!("compressed, stream={stream}")}]})
         .to_string()
     };
@@ -552,5 +553,6 @@ fn a_compressing_vendor_answers_decodably_and_its_usage_is_still_read() {
         assert_eq!(e["output_tokens"], usage["output_tokens"], "{e}");
         assert_eq!(e["input_tokens"], usage["input_tokens"], "{e}");
         assert_eq!(e["estimated"], false, "{e}");
+        assert_eq!(e["end_user"], "user-gzip-e2e", "metadata.user_id is the end user: {e}");
     }
 }
