@@ -556,3 +556,64 @@ fn a_compressing_vendor_answers_decodably_and_its_usage_is_still_read() {
         assert_eq!(e["end_user"], "user-gzip-e2e", "metadata.user_id is the end user: {e}");
     }
 }
+
+/// The text of a Messages answer, JSON or SSE (every `text_delta` joined).
+fn answer_text(r: &Reply) -> String {
+    if !r.body.starts_with("event:") {
+        return r.json()["content"].as_array().unwrap().iter().filter_map(|b| b["text"].as_str()).collect();
+    }
+    let mut text = String::new();
+    for data in r.body.lines().filter_map(|l| l.strip_prefix("data: ")) {
+        let v: Value = serde_json::from_str(data).unwrap();
+        if v["delta"]["type"] == "text_delta" {
+            text.push_str(v["delta"]["text"].as_str().unwrap());
+        }
+    }
+    text
+}
+
+/// The exact cache at the Messages door, to both kinds of deployment: a repeat is served without
+/// an upstream call, as JSON or replayed as Anthropic's event sequence; a streamed answer is kept
+/// too; a different `anthropic-beta` is a different entry.
+#[test]
+fn the_exact_cache_serves_messages_repeats_as_json_and_as_streams() {
+    let s = stack();
+    let unique = format!("{}-{:?}", std::process::id(), Instant::now());
+    for (model, door) in [("claude-cached-test", "anthropic"), ("gpt-cached-test", "openai-format")] {
+        let body = |stream: bool, q: &str| {
+            json!({"model": model, "max_tokens": 64, "temperature": 0, "stream": stream,
+                   "metadata": {"user_id": "ignored-by-the-key"},
+                   "messages": [{"role": "user", "content": format!("{q} {unique}")}]})
+            .to_string()
+        };
+        let first = post_raw("/v1/messages", KEY, &body(false, "cache me"), &[]);
+        assert_eq!(first.status, 200, "{door}: {}", first.body);
+        assert_eq!(first.header("x-gateway-cache"), Some("miss"), "{door}");
+        std::thread::sleep(Duration::from_millis(300));
+        let hit = post_raw("/v1/messages", KEY, &body(false, "cache me"), &[]);
+        assert_eq!(hit.header("x-gateway-cache"), Some("hit"), "{door}: {}", hit.body);
+        assert_eq!(hit.body, first.body, "{door}");
+        assert!(s.upstream_calls(&hit).is_empty(), "{door}: a hit makes no upstream call");
+        let replay = post_raw("/v1/messages?beta=true", KEY, &body(true, "cache me"), &[]);
+        assert_eq!(replay.header("x-gateway-cache"), Some("hit"), "{door}: {}", replay.body);
+        assert!(replay.header("content-type").is_some_and(|c| c.starts_with("text/event-stream")));
+        let names: Vec<&str> = replay.body.lines().filter_map(|l| l.strip_prefix("event: ")).collect();
+        assert_eq!(names.first(), Some(&"message_start"), "{door}: {}", replay.body);
+        assert_eq!(names.last(), Some(&"message_stop"), "{door}: {}", replay.body);
+        assert_eq!(answer_text(&replay), answer_text(&first), "{door}");
+        assert_eq!(vendor_usage(&replay)["output_tokens"], first.json()["usage"]["output_tokens"], "{door}");
+        // A streamed answer is kept and serves a later JSON request.
+        let streamed = post_raw("/v1/messages", KEY, &body(true, "stream then cache"), &[]);
+        assert_eq!(streamed.header("x-gateway-cache"), Some("miss"), "{door}: {}", streamed.body);
+        std::thread::sleep(Duration::from_millis(300));
+        let later = post_raw("/v1/messages", KEY, &body(false, "stream then cache"), &[]);
+        assert_eq!(later.header("x-gateway-cache"), Some("hit"), "{door}: {}", later.body);
+        assert_eq!(later.json()["type"], "message");
+        assert_eq!(answer_text(&later), answer_text(&streamed), "{door}");
+        // Betas can change the answer: another `anthropic-beta` is another entry.
+        let beta =
+            post_raw("/v1/messages", KEY, &body(false, "cache me"), &[("anthropic-beta", "context-1m-2025-08-07")]);
+        assert_eq!(beta.header("x-gateway-cache"), Some("miss"), "{door}: {}", beta.body);
+        assert_eq!(s.upstream_calls(&beta).len(), 1, "{door}");
+    }
+}
