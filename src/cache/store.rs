@@ -40,7 +40,7 @@ impl CacheUse {
     /// `route` is [`cache::key::route_scope`] of what the request resolved to.
     pub fn decide(policy: &CachePolicy, chat: &ChatRequest, rc: &RequestContext, route: &str, body: &[u8]) -> CacheUse {
         if !policy.enabled {
-            return CacheUse { decision: CacheDecision::Skip { reason: "disabled" }, key: None };
+            return CacheUse::disabled();
         }
         let text = cache::policy::prompt_text(chat);
         let facts = RequestFacts {
@@ -58,7 +58,7 @@ impl CacheUse {
     /// `anthropic-beta` / `anthropic-version` sent, which can change the answer.
     pub fn decide_message(policy: &CachePolicy, body: &Value, rc: &RequestContext, route: &str) -> CacheUse {
         if !policy.enabled {
-            return CacheUse { decision: CacheDecision::Skip { reason: "disabled" }, key: None };
+            return CacheUse::disabled();
         }
         let text = cache::message::prompt_text(body);
         let facts = RequestFacts {
@@ -68,6 +68,11 @@ impl CacheUse {
             ttl_header: rc.cache_ttl.as_deref(),
         };
         Self::keyed(policy, &facts, || Some(cache_key(&rc.key.tenant, route, body)))
+    }
+
+    /// The route does not cache: nothing is read, stored or keyed.
+    pub fn disabled() -> CacheUse {
+        CacheUse { decision: CacheDecision::Skip { reason: "disabled" }, key: None }
     }
 
     fn keyed(policy: &CachePolicy, facts: &RequestFacts, key: impl FnOnce() -> Option<String>) -> CacheUse {

@@ -112,6 +112,9 @@ async fn handle(
         return http::io::json_response(200, format!("{{\"input_tokens\":{tokens}}}").into_bytes());
     }
     let cache = (call == MessagesCall::Create).then(|| {
+        if !model.cache.enabled {
+            return CacheUse::disabled();
+        }
         let deployments: Vec<&str> = chain.iter().map(|(id, _)| *id).collect();
         let route = cache_route(&logical, &deployments, &client);
         CacheUse::decide_message(&model.cache, &request.value, &rc, &route)
