@@ -3,13 +3,17 @@
 use crate::providers::{ErrorClass, UpstreamCall, UpstreamError};
 use futures::future::{select, Either};
 use std::time::Duration;
-use worker::{AbortController, ByteStream, Delay, Fetch, Headers, Method, Request, RequestInit, Response};
+use worker::js_sys::futures::JsFuture;
+use worker::js_sys::{self, ArrayBuffer, Uint8Array};
+use worker::wasm_bindgen::JsCast;
+use worker::{web_sys, AbortController, ByteStream, Delay, Headers};
 
 /// A vendor response whose headers have arrived.
 pub struct UpstreamResponse {
     pub status: u16,
     pub headers: Headers,
-    pub response: Response,
+    /// The runtime's own response: its body is read in one `arrayBuffer()` call or as a stream.
+    response: web_sys::Response,
     /// Aborting it cancels the body still being read.
     pub abort: AbortHandle,
 }
@@ -48,22 +52,28 @@ pub async fn send(
             .set(name, value)
             .map_err(|e| failure(ErrorClass::Connection, format!("invalid upstream header {name}: {e}")))?;
     }
-    let mut init = RequestInit::new();
-    init.with_method(Method::Post).with_headers(headers).with_body(Some(call.body.as_str().into()));
-    let request = Request::new_with_init(&call.url, &init)
-        .map_err(|e| failure(ErrorClass::Connection, format!("invalid upstream request: {e}")))?;
     let abort = AbortController::default();
     let signal = abort.signal();
-    let fetch = Fetch::Request(request);
-    let sending = Box::pin(fetch.send_with_signal(&signal));
+    // The runtime's fetch(url, init) directly: no Request object, the body handed over as bytes.
+    let init = web_sys::RequestInit::new();
+    init.set_method("POST");
+    init.set_headers(&headers.0);
+    init.set_body(&Uint8Array::from(call.body.as_bytes()));
+    init.set_signal(Some(&signal));
+    let global: web_sys::WorkerGlobalScope = js_sys::global().unchecked_into();
+    let sending = Box::pin(JsFuture::from(global.fetch_with_str_and_init(&call.url, &init)));
     let timer = Box::pin(Delay::from(Duration::from_millis(headers_timeout_ms)));
     let raced = select(sending, timer).await;
     match raced {
-        Either::Left((Ok(response), _)) => {
-            let headers = response.headers().clone();
-            Ok(UpstreamResponse { status: response.status_code(), headers, response, abort: AbortHandle(Some(abort)) })
+        Either::Left((Ok(value), _)) => {
+            let response: web_sys::Response = value.unchecked_into();
+            let headers = Headers(response.headers());
+            Ok(UpstreamResponse { status: response.status(), headers, response, abort: AbortHandle(Some(abort)) })
         }
-        Either::Left((Err(e), _)) => Err(failure(ErrorClass::Connection, format!("upstream connection failed: {e}"))),
+        Either::Left((Err(e), _)) => {
+            let e = worker::Error::from(e);
+            Err(failure(ErrorClass::Connection, format!("upstream connection failed: {e}")))
+        }
         Either::Right(_) => {
             abort.abort();
             Err(failure(ErrorClass::Timeout, format!("no response from upstream within {headers_timeout_ms} ms")))
@@ -71,9 +81,15 @@ pub async fn send(
     }
 }
 
+/// The whole body in one `arrayBuffer()` call (worker's `bytes()` reads it chunk by chunk).
+async fn whole_body(response: &web_sys::Response) -> Result<Vec<u8>, worker::Error> {
+    let buffer: ArrayBuffer = JsFuture::from(response.array_buffer()?).await?.unchecked_into();
+    Ok(Uint8Array::new(&buffer).to_vec())
+}
+
 /// Reads a whole body, giving up (and aborting) after `timeout_ms`.
 pub async fn read_body(upstream: &mut UpstreamResponse, timeout_ms: u64) -> Result<Vec<u8>, UpstreamError> {
-    let reading = Box::pin(upstream.response.bytes());
+    let reading = Box::pin(whole_body(&upstream.response));
     let timer = Box::pin(Delay::from(Duration::from_millis(timeout_ms)));
     let raced = select(reading, timer).await;
     match raced {
@@ -86,7 +102,9 @@ pub async fn read_body(upstream: &mut UpstreamResponse, timeout_ms: u64) -> Resu
 }
 
 pub fn body_stream(upstream: &mut UpstreamResponse) -> Result<ByteStream, UpstreamError> {
-    upstream.response.stream().map_err(|e| failure(ErrorClass::Connection, format!("upstream body unreadable: {e}")))
+    let body =
+        upstream.response.body().ok_or_else(|| failure(ErrorClass::Connection, "upstream body unreadable".into()))?;
+    Ok(ByteStream::from(body))
 }
 
 /// The next chunk of a streamed body, or a timeout after `timeout_ms` of silence.
