@@ -45,14 +45,14 @@ pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
         },
         (Method::Post, "/v1/chat/completions") => match auth::authenticate(&req, &env, &request_id, started_ms).await {
             Ok(rc) => match http::io::read_body(&mut req).await {
-                Ok(body) => idempotent(&req, rc, body, &env, &ctx, Door::Chat).await,
+                Ok(body) => idempotent(rc, body, &env, &ctx, Door::Chat).await,
                 Err(e) => Err(e),
             },
             Err(e) => Err(e),
         },
         (Method::Post, "/v1/responses") => match auth::authenticate(&req, &env, &request_id, started_ms).await {
             Ok(rc) => match http::io::read_body(&mut req).await {
-                Ok(body) => idempotent(&req, rc, body, &env, &ctx, Door::Responses).await,
+                Ok(body) => idempotent(rc, body, &env, &ctx, Door::Responses).await,
                 Err(e) => Err(e),
             },
             Err(e) => Err(e),
@@ -103,14 +103,13 @@ async fn door(door: Door, rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Co
 }
 
 async fn idempotent(
-    req: &Request,
     rc: RequestContext,
     body: Vec<u8>,
     env: &Env,
     ctx: &Context,
     which: Door,
 ) -> Result<Response, ApiError> {
-    match idempotency::gate::enter(req, env, &rc.key.tenant, &rc.request_id, &body).await? {
+    match idempotency::gate::enter(&rc, env, &body).await? {
         Entry::Open => door(which, rc, body, env, ctx).await,
         Entry::Replay(response) => Ok(response),
         Entry::Proceed(claim) => claim.finish(door(which, rc, body, env, ctx).await).await,

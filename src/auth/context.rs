@@ -1,6 +1,7 @@
 //! What the gateway knows about one client request once its key is accepted.
 
 use crate::config::keys::KeyRecord;
+use crate::http::header_map::HeaderMap;
 use crate::support::clock::now_ms;
 use std::rc::Rc;
 use worker::Env;
@@ -26,6 +27,8 @@ pub struct RequestContext {
     pub cache_control: Option<String>,
     /// `x-gateway-cache-ttl`: seconds, bounded by the route's `cache.max_ttl_s`.
     pub cache_ttl: Option<String>,
+    /// The request's headers, read once.
+    pub headers: HeaderMap,
 }
 
 pub fn random_u64() -> u64 {

@@ -8,13 +8,16 @@ use crate::config;
 use crate::config::keys::{self, KeyRefusal};
 use crate::http::codes;
 use crate::http::error::ApiError;
+use crate::http::header_map::HeaderMap;
 use worker::{Env, Request};
 
 /// The bearer key checked against its KV record; the request's context once it is accepted.
 pub async fn authenticate(req: &Request, env: &Env, request_id: &str, now_ms: u64) -> Result<RequestContext, ApiError> {
-    let header = req.headers().get("authorization").ok().flatten();
+    // Every header in one call into the runtime; the rest of the request reads this copy.
+    let headers = HeaderMap::of(&req.inner().headers());
+    let header = headers.get_owned("authorization");
     // Anthropic's SDKs send the key as `x-api-key`; `Authorization: Bearer` wins when both are set.
-    let api_key = req.headers().get("x-api-key").ok().flatten();
+    let api_key = headers.get_owned("x-api-key");
     let secret = keys::bearer(header.as_deref())
         .or_else(|| api_key.as_deref().map(str::trim).filter(|k| !k.is_empty()))
         .ok_or_else(ApiError::missing_key)?;
@@ -34,7 +37,7 @@ pub async fn authenticate(req: &Request, env: &Env, request_id: &str, now_ms: u6
         }
         Err(_) => return Err(ApiError::invalid_key()),
     }
-    let header = |name: &str| req.headers().get(name).ok().flatten();
+    let header = |name: &str| headers.get_owned(name);
     let max_wait_ms =
         context::max_wait_ms(header("x-gateway-priority").as_deref(), header("x-gateway-max-wait-ms").as_deref());
     let non_empty = |v: Option<String>| v.map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
@@ -51,5 +54,6 @@ pub async fn authenticate(req: &Request, env: &Env, request_id: &str, now_ms: u6
         tags: header("x-gateway-tags"),
         cache_control: header("cache-control"),
         cache_ttl: header("x-gateway-cache-ttl"),
+        headers,
     })
 }

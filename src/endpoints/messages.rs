@@ -68,14 +68,14 @@ async fn dispatch(
     env: &Env,
     ctx: &Context,
 ) -> Result<Response, ApiError> {
-    let header = |name: &str| req.headers().get(name).ok().flatten();
+    let header = |name: &str| rc.headers.get_owned(name);
     let query = req.url().ok().and_then(|u| u.query().map(str::to_string));
     let client = ClientHeaders { version: header("anthropic-version"), beta: header("anthropic-beta"), query };
     let session = header("x-claude-code-session-id");
     if call == MessagesCall::CountTokens {
         return handle(rc, body, call, client, session, env, ctx).await;
     }
-    match idempotency::gate::enter(req, env, &rc.key.tenant, &rc.request_id, &body).await? {
+    match idempotency::gate::enter(&rc, env, &body).await? {
         Entry::Open => handle(rc, body, call, client, session, env, ctx).await,
         Entry::Replay(response) => Ok(response),
         Entry::Proceed(claim) => claim.finish(handle(rc, body, call, client, session, env, ctx).await).await,

@@ -14,6 +14,7 @@ use crate::config::prices::{self, PriceTable};
 use crate::config::routes::Deployment;
 use crate::http::codes;
 use crate::http::error::ApiError;
+use crate::http::header_map::HeaderText;
 use crate::support::clock::now_ms;
 use crate::support::log;
 use crate::usage::estimate;
@@ -22,7 +23,7 @@ use crate::usage::record::RequestShape;
 use limiter::budget::{self, BudgetRefusal, BudgetRequest, BudgetResponse, Period, Reserve, Settle};
 use limiter::utc;
 use std::time::Duration;
-use worker::{Env, Response};
+use worker::Env;
 
 pub const BUDGET_BINDING: &str = "BUDGET";
 /// Set to `soft_exceeded` on answers admitted while the tenant's spend is past its soft limit.
@@ -166,9 +167,9 @@ pub async fn settle(env: &Env, claim: &BudgetClaim, actual_micro_usd: u64) -> Op
 }
 
 /// Adds the soft-limit warning header to an admitted request's answer.
-pub fn mark(response: &mut Response, soft_exceeded: bool) {
+pub fn mark(headers: &mut HeaderText, soft_exceeded: bool) {
     if soft_exceeded {
-        let _ = response.headers_mut().set(SOFT_HEADER, "soft_exceeded");
+        let _ = headers.add(SOFT_HEADER, "soft_exceeded");
     }
 }
 

@@ -8,13 +8,12 @@ use crate::cache::store::{CacheSlot, CacheUse};
 use crate::config::routes::{Deployment, LogicalModel};
 use crate::http::codes;
 use crate::http::error::ApiError;
+use crate::http::header_map::HeaderText;
 use crate::http::io;
 use crate::limits::admission::{self, Admission, Admit, Scopes};
 use crate::limits::budget;
 use crate::limits::refusal::refusal_error;
-use crate::pipeline::attempt::{
-    credential, scope_estimate, set_remaining, settle_failure, signals_of, with_route_headers,
-};
+use crate::pipeline::attempt::{credential, route_headers, scope_estimate, settle_failure, signals_of};
 use crate::pipeline::decision_log::DecisionLog;
 use crate::pipeline::gate::{self, Gate, Needs};
 use crate::pipeline::plan::{deadline_error, Candidate, IsolateRetryBudgets, Planner, Step};
@@ -307,15 +306,16 @@ impl<'a> Driver<'a> {
         self.log.served(id);
         let fallback = self.log.fell_back();
         self.log.emit();
-        let headers = response.headers_mut();
-        let _ = headers.set("x-gateway-fallback", if fallback { "true" } else { "false" });
+        // Every gateway header in one call into the runtime.
+        let mut text = HeaderText::default();
+        let _ = text.add("x-gateway-fallback", if fallback { "true" } else { "false" });
         if let Some(cache) = self.trip.cache {
-            let _ = headers.set("x-gateway-cache", &cache.miss_label());
+            let _ = text.add("x-gateway-cache", &cache.miss_label());
         }
         let attempts = self.planner.attempts() as usize;
-        let mut response = with_route_headers(response, self.trip.rc, id, deployment, attempts);
-        set_remaining(&mut response, remaining);
-        budget::mark(&mut response, soft_budget);
+        route_headers(&mut text, self.trip.rc, id, deployment, attempts, remaining);
+        budget::mark(&mut text, soft_budget);
+        let _ = text.apply(&response.headers_mut().0);
         if !self.trip.stream {
             report::finish(self.trip.outcome, self.ctx, self.env);
         }

@@ -1,5 +1,6 @@
 //! Fetching from a vendor with real timeouts: a timed-out attempt aborts its fetch.
 
+use crate::http::header_map::{HeaderMap, HeaderText};
 use crate::providers::{ErrorClass, UpstreamCall, UpstreamError};
 use futures::future::{select, Either};
 use std::time::Duration;
@@ -11,7 +12,8 @@ use worker::{web_sys, AbortController, ByteStream, Delay, Headers};
 /// A vendor response whose headers have arrived.
 pub struct UpstreamResponse {
     pub status: u16,
-    pub headers: Headers,
+    /// Read once: the rate-limit signals alone look up eight names.
+    pub headers: HeaderMap,
     /// The runtime's own response: its body is read in one `arrayBuffer()` call or as a stream.
     response: web_sys::Response,
     /// Aborting it cancels the body still being read.
@@ -43,15 +45,16 @@ pub async fn send(
     request_id: &str,
     headers_timeout_ms: u64,
 ) -> Result<UpstreamResponse, UpstreamError> {
-    let headers = Headers::new();
-    let _ = headers.set(CORRELATION_HEADER, request_id);
+    let mut text = HeaderText::default();
+    let invalid = |e: String| failure(ErrorClass::Connection, format!("invalid upstream header: {e}"));
+    text.add(CORRELATION_HEADER, request_id).map_err(invalid)?;
     // Vendors compress only when asked; the runtime's fetch decodes gzip, so usage stays readable.
-    let _ = headers.set("accept-encoding", "gzip");
+    text.add("accept-encoding", "gzip").map_err(invalid)?;
     for (name, value) in &call.headers {
-        headers
-            .set(name, value)
-            .map_err(|e| failure(ErrorClass::Connection, format!("invalid upstream header {name}: {e}")))?;
+        text.add(name, value).map_err(invalid)?;
     }
+    let headers = Headers::new();
+    text.apply(&headers.0).map_err(invalid)?;
     let abort = AbortController::default();
     let signal = abort.signal();
     // The runtime's fetch(url, init) directly: no Request object, the body handed over as bytes.
@@ -67,7 +70,7 @@ pub async fn send(
     match raced {
         Either::Left((Ok(value), _)) => {
             let response: web_sys::Response = value.unchecked_into();
-            let headers = Headers(response.headers());
+            let headers = HeaderMap::of(&response.headers());
             Ok(UpstreamResponse { status: response.status(), headers, response, abort: AbortHandle(Some(abort)) })
         }
         Either::Left((Err(e), _)) => {
@@ -122,5 +125,5 @@ pub async fn next_chunk(stream: &mut ByteStream, timeout_ms: u64) -> Result<Opti
 }
 
 pub fn header(upstream: &UpstreamResponse, name: &str) -> Option<String> {
-    upstream.headers.get(name).ok().flatten()
+    upstream.headers.get_owned(name)
 }
