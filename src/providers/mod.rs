@@ -17,6 +17,7 @@ mod openai;
 pub mod rate_headers;
 pub mod responses;
 mod retry_after;
+pub mod splice;
 #[cfg(test)]
 mod stream_split_tests;
 
