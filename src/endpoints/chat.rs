@@ -58,14 +58,14 @@ pub struct ChatStep<'a> {
 }
 
 impl VendorStep for ChatStep<'_> {
-    fn build(&self, deployment: &Deployment, _body: &[u8], credential: &str) -> Result<UpstreamCall, ApiError> {
+    fn build(&self, deployment: &Deployment, body: &[u8], credential: &str) -> Result<UpstreamCall, ApiError> {
         if !deployment.accepts(Api::Chat) {
             return Err(ApiError::invalid_request(
                 codes::UNSUPPORTED_ENDPOINT,
                 "This model's deployment does not accept chat completions.",
             ));
         }
-        providers::build_chat(deployment, self.chat, credential, deployment.quirks.stream_options)
+        providers::build_chat_from_raw(deployment, self.chat, body, credential, deployment.quirks.stream_options)
     }
 
     fn translate(&self, deployment: &Deployment, body: &[u8], now_ms: u64) -> Result<Answer, UpstreamError> {

@@ -56,6 +56,23 @@ pub fn build_chat(
     }
 }
 
+/// The chat request for `dep`, forwarded as the client's bytes (model spliced) when an
+/// OpenAI-format vendor would get nothing else changed; built from `req` otherwise.
+pub fn build_chat_from_raw(
+    dep: &Deployment,
+    req: &ChatRequest,
+    raw: &[u8],
+    credential: &str,
+    force_usage: bool,
+) -> Result<UpstreamCall, ApiError> {
+    if dep.provider == ProviderKind::Openai {
+        if let Some(call) = openai::passthrough_chat(dep, req, raw, credential, force_usage) {
+            return Ok(call);
+        }
+    }
+    build_chat(dep, req, credential, force_usage)
+}
+
 /// Builds an embeddings request; only OpenAI-compatible vendors have one.
 pub fn build_embeddings(dep: &Deployment, body: &Value, credential: &str) -> Result<UpstreamCall, ApiError> {
     match dep.provider {
