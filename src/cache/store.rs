@@ -27,7 +27,7 @@ impl CacheUse {
             temperature: chat.temperature,
             text: &text,
             cache_control: rc.cache_control.as_deref(),
-            ttl_header: rc.cache_ttl.as_deref(),
+            ttl_s: rc.cache_ttl_s,
         };
         let decision = cache::policy::decide(policy, &facts);
         let key = match decision {

@@ -36,6 +36,8 @@ pub const EMPTY_ARRAY: &str = "empty_array";
 pub const INTEGER_BELOW_MIN_VALUE: &str = "integer_below_min_value";
 /// The body could not be read.
 pub const UNREADABLE_BODY: &str = "unreadable_body";
+/// A gateway header (`x-gateway-timeout-ms`, …) with a value it cannot use; `param` names it.
+pub const INVALID_HEADER: &str = "invalid_header_value";
 /// The body exceeds the gateway's limit (413).
 pub const REQUEST_TOO_LARGE: &str = "request_too_large";
 /// No such endpoint (404).
@@ -123,6 +125,7 @@ pub const ALL: &[&str] = &[
     EMPTY_ARRAY,
     INTEGER_BELOW_MIN_VALUE,
     UNREADABLE_BODY,
+    INVALID_HEADER,
     REQUEST_TOO_LARGE,
     UNKNOWN_URL,
     METHOD_NOT_ALLOWED,

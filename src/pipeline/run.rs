@@ -25,7 +25,7 @@ use crate::pipeline::stream::{self, AfterStream, StreamAttempt};
 use crate::pipeline::upstream::{self, UpstreamResponse};
 use crate::providers::{self, ErrorClass, UpstreamError};
 use crate::support::clock::now_ms;
-use crate::usage::estimate::{self, TokenEstimate};
+use crate::usage::estimate::TokenEstimate;
 use crate::usage::record::RequestShape;
 use crate::usage::record::{Attempt, RequestOutcome};
 use limiter::protocol::{TokenUsage, UpstreamSignals};
@@ -64,8 +64,7 @@ pub async fn run(trip: Trip<'_>, step: &dyn VendorStep, env: &Env, ctx: &Context
     let soft_budget = claim.as_ref().is_some_and(|c| c.soft_exceeded);
     trip.outcome.budget = claim;
     // Key, then tenant, before any deployment: released again if no deployment takes the request.
-    let RequestShape { text_chars, messages, max_output } = trip.shape;
-    let need = scope_estimate(text_chars, messages, max_output, &trip.chain);
+    let need = scope_estimate(&trip.shape, &trip.chain);
     let scopes = match admission::admit_scopes(env, ctx, rc, need).await {
         Ok(scopes) => scopes,
         Err(refused) => return Err(refuse(trip.outcome, refusal_error(&refused), ctx, env)),
@@ -130,12 +129,9 @@ impl<'a> Driver<'a> {
         scopes: Scopes,
         deadline_ms: u64,
     ) -> Self {
-        let RequestShape { text_chars, messages, max_output } = trip.shape;
-        let estimates: Vec<TokenEstimate> = trip
-            .chain
-            .iter()
-            .map(|(_, d)| estimate::estimate(text_chars, messages, max_output, d.default_max_tokens))
-            .collect();
+        let max_output = trip.shape.max_output;
+        let estimates: Vec<TokenEstimate> =
+            trip.chain.iter().map(|(_, d)| trip.shape.estimate(d.default_max_tokens)).collect();
         let credentials: Vec<Option<String>> = trip.chain.iter().map(|(_, d)| credential(env, &d.credential)).collect();
         let candidates = trip
             .chain
@@ -143,6 +139,7 @@ impl<'a> Driver<'a> {
             .zip(&estimates)
             .zip(&credentials)
             .map(|(((id, d), e), c)| {
+                // One choice's output is what must fit in the context window.
                 let needs = Needs { context_tokens: e.input + max_output.unwrap_or(0), ..trip.needs };
                 Candidate { id: id.to_string(), gate: gate::gate(&d.capabilities, &needs), has_credential: c.is_some() }
             })

@@ -97,8 +97,11 @@ impl Wrangler {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
+    /// Writes through a file (`--path`), never an argument: a large table would exceed the
+    /// system's argument size ("Argument list too long"), and what was validated is what is sent.
     fn put(&self, key: &str, value: &str) -> Result<(), String> {
-        self.run(&["key", "put", key, value]).map(|_| ())
+        let file = ValueFile::write(value)?;
+        self.run(&["key", "put", key, "--path", &file.0]).map(|_| ())
     }
 
     fn get(&self, key: &str) -> Result<String, String> {
@@ -110,6 +113,24 @@ impl Wrangler {
         let listed: serde_json::Value =
             serde_json::from_str(&self.run(&["key", "list", "--prefix", "key:"])?).map_err(|e| e.to_string())?;
         Ok(listed.as_array().into_iter().flatten().filter_map(|e| e["name"].as_str().map(str::to_string)).collect())
+    }
+}
+
+/// A value in a private temporary file, removed when dropped.
+struct ValueFile(String);
+
+impl ValueFile {
+    fn write(value: &str) -> Result<Self, String> {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let path = std::env::temp_dir().join(format!("gatewayctl-{}-{nanos}.json", std::process::id()));
+        std::fs::write(&path, value).map_err(|e| format!("writing {}: {e}", path.display()))?;
+        Ok(ValueFile(path.to_string_lossy().into_owned()))
+    }
+}
+
+impl Drop for ValueFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
     }
 }
 

@@ -1,6 +1,6 @@
 //! Hostile input (issue 18): what one request sends cannot erase other tenants' usage or stall the relay.
 
-use e2e::client::post;
+use e2e::client::{post, post_with};
 use e2e::{stack, BYSTANDER_TENANT, KEY, KEY_BYSTANDER};
 use serde_json::json;
 use std::collections::BTreeSet;
@@ -74,4 +74,63 @@ fn a_vendor_error_echoing_the_deployments_key_never_shows_it_whatever_its_format
     assert_eq!(s.upstream_last(&r)["headers"]["authorization"], format!("Bearer {secret}"), "the key was sent");
     assert!(!r.body.contains(secret) && !r.body.contains("Zk9XqLmNoPqRsTuV"), "leaked: {}", r.body);
     assert!(r.body.contains("[credential]"), "{}", r.body);
+}
+
+/// A bad number in any `x-gateway-*` header is a 400 naming it, in the door's own format, before
+/// any upstream call (item 10). It used to be ignored, and `0` became a 1 ms deadline.
+#[test]
+fn bad_gateway_header_numbers_are_a_400_naming_the_header_in_each_doors_format() {
+    let s = stack();
+    let chat = json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]});
+    for (header, value) in [
+        ("x-gateway-timeout-ms", "0"),
+        ("x-gateway-timeout-ms", "soon"),
+        ("x-gateway-timeout-ms", "-1"),
+        ("x-gateway-max-wait-ms", "1.5"),
+        ("x-gateway-cache-ttl", "1h"),
+    ] {
+        let r = post_with(&s.url("/v1/chat/completions"), KEY, &chat, &[(header, value)]);
+        let e = r.error(400);
+        assert_eq!(
+            (e["code"].as_str(), e["param"].as_str()),
+            (Some("invalid_header_value"), Some(header)),
+            "{header}: {value}"
+        );
+        assert!(e["message"].as_str().unwrap().contains(header), "{}", r.body);
+        assert!(s.upstream_calls(&r).is_empty(), "{header}: {value} reached the vendor");
+    }
+    let responses = json!({"model": "gpt-4o-mini", "input": "hi", "store": false});
+    let r = post_with(&s.url("/v1/responses"), KEY, &responses, &[("x-gateway-timeout-ms", "0")]);
+    assert_eq!(r.error(400)["param"], "x-gateway-timeout-ms");
+    let messages = json!({"model": "claude-sonnet", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]});
+    let r = post_with(&s.url("/v1/messages"), KEY, &messages, &[("x-gateway-timeout-ms", "0")]);
+    assert_eq!(r.status, 400, "{}", r.body);
+    let v = r.json();
+    assert_eq!((v["type"].as_str(), v["error"]["type"].as_str()), (Some("error"), Some("invalid_request_error")));
+    assert!(v["error"]["message"].as_str().unwrap().contains("x-gateway-timeout-ms"), "{}", r.body);
+    assert!(s.upstream_calls(&r).is_empty());
+    let fine = post_with(&s.url("/v1/chat/completions"), KEY, &chat, &[("x-gateway-timeout-ms", " 30000 ")]);
+    assert_eq!(fine.status, 200, "{}", fine.body);
+}
+
+/// `n` answers may each use `max_tokens`: the key's token limit sees all of them (item 9).
+#[test]
+fn n_multiplies_the_output_reserved_at_the_key() {
+    let s = stack();
+    // A key of this test's own, so no other test draws on its 1,000 tokens per minute.
+    let secret = format!("gk_e2e_choices_{}", std::process::id());
+    let record = json!({"tenant": "tenant-choices", "app": "hostile-e2e", "limits": {"tpm": 1000}});
+    let entry = e2e::key_entry(&secret, record);
+    s.put_config(entry["key"].as_str().unwrap(), entry["value"].as_str().unwrap());
+    let ask = |n: u64| {
+        let body =
+            json!({"model": "gpt-4o-mini", "n": n, "max_tokens": 60, "messages": [{"role": "user", "content": "hi"}]});
+        post_with(&s.url("/v1/chat/completions"), &secret, &body, &[("x-gateway-max-wait-ms", "0")])
+    };
+    // 20 × 60 = 1,200 output tokens cannot fit in 1,000; before the fix one choice (60) was reserved.
+    let twenty = ask(20);
+    assert_eq!(twenty.error(429)["code"], "key_tpm", "{}", twenty.body);
+    assert!(s.upstream_calls(&twenty).is_empty());
+    let two = ask(2);
+    assert_eq!(two.status, 200, "{}", two.body);
 }

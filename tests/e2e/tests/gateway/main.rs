@@ -1,5 +1,6 @@
 //! End-to-end: the release worker under `wrangler dev` against the mock vendor (one stack per run).
 
+mod admin_guard;
 mod admin_tools;
 mod budget;
 mod cache;
