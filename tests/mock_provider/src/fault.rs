@@ -23,6 +23,7 @@ pub enum Key {
     ErrorAfter,
     NoUsage,
     Malformed,
+    LoneSurrogate,
     Empty,
     Words,
     Cached,
@@ -57,6 +58,8 @@ const KEYS: &[(&str, Key, Kind)] = &[
     ("error_after", Key::ErrorAfter, ANY),
     ("no_usage", Key::NoUsage, Kind::Flag),
     ("malformed", Key::Malformed, Kind::Flag),
+    // Legal JSON a Rust string cannot hold: `\ud800` after the reply's first word.
+    ("lone_surrogate", Key::LoneSurrogate, Kind::Flag),
     ("empty", Key::Empty, Kind::Flag),
     // Capped so a typo cannot make the server allocate gigabytes of text.
     ("words", Key::Words, Kind::Number { min: 0, max: 100_000 }),

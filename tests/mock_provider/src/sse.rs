@@ -52,6 +52,13 @@ pub struct Sse {
 }
 
 impl Sse {
+    /// Rewrites the first content event's text.
+    pub fn first_content(&mut self, rewrite: impl Fn(&str) -> String) {
+        if let Some(e) = self.events.iter_mut().find(|e| e.content) {
+            e.text = rewrite(&e.text);
+        }
+    }
+
     pub fn corrupt(&mut self) {
         let target = self.events.iter().position(|e| e.content).unwrap_or(0);
         if let Some(e) = self.events.get_mut(target) {

@@ -111,6 +111,11 @@ pub fn invalid(api: Api, call: &Call, message: &str) -> Response {
     }
 }
 
+/// The escape of a lone high surrogate after the reply's first word ("Hello"), once.
+fn with_lone_surrogate(text: &str) -> String {
+    text.replacen("Hello", "Hello\\ud800", 1)
+}
+
 /// Applies body faults to successes, rate-limit/retry headers and timing.
 fn shape(api: Api, mut resp: Response, faults: &Faults) -> Response {
     if resp.status == 200 {
@@ -124,6 +129,11 @@ fn shape(api: Api, mut resp: Response, faults: &Faults) -> Response {
             match &mut resp.body {
                 Body::Full { bytes, .. } => bytes.truncate(bytes.len() / 2),
                 Body::Sse(sse) => sse.corrupt(),
+            }
+        } else if faults.has(Key::LoneSurrogate) {
+            match &mut resp.body {
+                Body::Full { bytes, .. } => *bytes = with_lone_surrogate(&String::from_utf8_lossy(bytes)).into_bytes(),
+                Body::Sse(sse) => sse.first_content(with_lone_surrogate),
             }
         }
     }
@@ -217,6 +227,19 @@ mod tests {
         assert!(resp.body_json().is_none());
         assert_eq!(resp.timing.delay_ms, 5);
         assert_eq!(resp.timing.cut_after, Some(1));
+    }
+
+    #[test]
+    fn lone_surrogate_follows_the_first_word_once() {
+        let req = request(&[("authorization", "Bearer k")]);
+        let hello = |_: &Call, _: &Faults| Response::json(200, &json!({"text": "Hello from m. Hello again"}));
+        let call = Call::new(&req, json!({"model": "gpt+lone_surrogate"}), 1, None);
+        match respond(Api::OpenAi, &call, hello).body {
+            Body::Full { bytes, .. } => {
+                assert_eq!(String::from_utf8(bytes).unwrap(), r#"{"text":"Hello\ud800 from m. Hello again"}"#)
+            }
+            Body::Sse(_) => panic!("expected full body"),
+        }
     }
 
     #[test]

@@ -96,8 +96,11 @@ fn routes_put_uploads_a_table_of_700_deployments() {
     let dir = scratch("routes-700");
     let deployments: Vec<String> = (0..700)
         .map(|i| {
-            let d = deployment(&format!("vendor-model-{i:04}"), "OPENAI_API_KEY", "https://api.example.com/v1");
-            format!(r#"    "d{i:04}": {d}"#)
+            let url = format!("https://region-{}.vendor.example.com/openai/v1", i % 7);
+            let d = deployment(&format!("vendor-model-{i:04}"), "OPENAI_API_KEY", &url);
+            // A deployment as admins write them: capabilities and timeouts declared.
+            let more = r#", "capabilities": {"tools": true, "json_mode": true, "context_window": 128000}, "timeouts": {"connect_ms": 5000}}"#;
+            format!(r#"    "d{i:04}": {}{more}"#, d.trim_end_matches('}'))
         })
         .collect();
     let chain: Vec<String> = (0..700).map(|i| format!(r#""d{i:04}""#)).collect();

@@ -124,13 +124,25 @@ fn n_multiplies_the_output_reserved_at_the_key() {
     s.put_config(entry["key"].as_str().unwrap(), entry["value"].as_str().unwrap());
     let ask = |n: u64| {
         let body =
-            json!({"model": "gpt-4o-mini", "n": n, "max_tokens": 60, "messages": [{"role": "user", "content": "hi"}]});
+            json!({"model": "choices-slow", "n": n, "max_tokens": 60, "messages": [{"role": "user", "content": "hi"}]});
         post_with(&s.url("/v1/chat/completions"), &secret, &body, &[("x-gateway-max-wait-ms", "0")])
     };
-    // 20 × 60 = 1,200 output tokens cannot fit in 1,000; before the fix one choice (60) was reserved.
-    let twenty = ask(20);
-    assert_eq!(twenty.error(429)["code"], "key_tpm", "{}", twenty.body);
-    assert!(s.upstream_calls(&twenty).is_empty());
-    let two = ask(2);
-    assert_eq!(two.status, 200, "{}", two.body);
+    // "hi" is 5 prompt tokens: n = 10 holds 10 × 60 + 5 = 605 of 1,000 while the vendor takes 1.5 s.
+    let first = {
+        let (url, secret) = (s.url("/v1/chat/completions"), secret.clone());
+        let body = json!({"model": "choices-slow", "n": 10, "max_tokens": 60, "messages": [{"role": "user", "content": "hi"}]});
+        std::thread::spawn(move || post(&url, &secret, &body))
+    };
+    let upstream = "e2e-choices-slow+delay_first_ms=1500";
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while s.mock_calls(upstream) == 0 {
+        assert!(Instant::now() < deadline, "the first request never reached the vendor");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // n = 8 needs 485 more: refused. Counting one choice (65 each), both used to pass.
+    let second = ask(8);
+    assert_eq!(second.error(429)["code"], "key_tpm", "{}", second.body);
+    assert!(s.upstream_calls(&second).is_empty());
+    assert_eq!(first.join().unwrap().status, 200);
+    assert_eq!(s.mock_calls(upstream), 1, "the refused request made no upstream call");
 }

@@ -14,4 +14,5 @@ mod responses;
 mod routing;
 mod streaming;
 mod usage;
+mod vendor_answers;
 mod vendors;
