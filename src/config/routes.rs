@@ -9,6 +9,10 @@ use std::collections::BTreeMap;
 
 pub const ROUTES_KV_KEY: &str = "routes";
 pub const SUPPORTED_VERSION: u32 = 1;
+/// Far below an isolate's 128 MB, which also holds the parsed answer and every other request.
+pub const DEFAULT_MAX_ANSWER_BYTES: u64 = 16 * 1024 * 1024;
+/// The most a route may allow: a parsed JSON answer takes several times its size in memory.
+pub const MAX_ANSWER_BYTES_CEILING: u64 = 64 * 1024 * 1024;
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -42,6 +46,9 @@ pub struct LogicalModel {
     /// Exact-response cache policy; off unless enabled.
     #[serde(default)]
     pub cache: CachePolicy,
+    /// The most a vendor's answer may weigh (JSON body or whole stream) before it is cut off.
+    #[serde(default = "LogicalModel::default_max_answer_bytes")]
+    pub max_answer_bytes: u64,
 }
 
 impl LogicalModel {
@@ -50,6 +57,9 @@ impl LogicalModel {
     }
     fn default_max_timeout() -> u64 {
         900_000
+    }
+    fn default_max_answer_bytes() -> u64 {
+        DEFAULT_MAX_ANSWER_BYTES
     }
 
     /// The deadline for one request, from the route default and a bounded client override.
@@ -358,7 +368,7 @@ impl RouteTable {
                 found.add(&[&at[..], &["chain", &i.to_string()]].concat(), message);
             }
         }
-        for (field, problem) in deadline_problems(model) {
+        for (field, problem) in bound_problems(model) {
             found.add(&[&at[..], &[field]].concat(), format!("model '{name}': {problem}"));
         }
         let attempts = model.retry.max_attempts;
@@ -508,8 +518,9 @@ fn limit_problems(limits: Option<&limiter::Limits>) -> Vec<(&'static str, String
     out
 }
 
-/// A route's deadlines: positive, and the default within the most a client may ask for.
-fn deadline_problems(model: &LogicalModel) -> Vec<(&'static str, String)> {
+/// A route's bounds: positive deadlines, the default within the most a client may ask for, and
+/// an answer size an isolate can hold.
+fn bound_problems(model: &LogicalModel) -> Vec<(&'static str, String)> {
     let mut out = Vec::new();
     if model.timeout_ms == 0 {
         out.push(("timeout_ms", "timeout_ms must be at least 1".to_string()));
@@ -520,6 +531,10 @@ fn deadline_problems(model: &LogicalModel) -> Vec<(&'static str, String)> {
     if model.timeout_ms > model.max_timeout_ms {
         let (t, m) = (model.timeout_ms, model.max_timeout_ms);
         out.push(("timeout_ms", format!("timeout_ms {t} is above max_timeout_ms {m}")));
+    }
+    if !(1024..=MAX_ANSWER_BYTES_CEILING).contains(&model.max_answer_bytes) {
+        let message = format!("max_answer_bytes {} must be 1024..={MAX_ANSWER_BYTES_CEILING}", model.max_answer_bytes);
+        out.push(("max_answer_bytes", message));
     }
     out
 }
@@ -615,7 +630,7 @@ mod tests {
     "instant": {"chain": ["ok"], "timeout_ms": 0},
     "weightless": {"chain": [{"deployment": "ok", "weight": 0}]},
     "attempts": {"chain": ["ok"],
-                 "retry": {"max_attempts": 1000000}}
+                 "retry": {"max_attempts": 1000000}, "max_answer_bytes": 1000000000}
   }
 }"#;
 
@@ -642,6 +657,7 @@ mod tests {
             (28, "timeout_ms must be at least 1"),
             (29, "every chain entry has weight 0"),
             (31, "retry.max_attempts 1000000 must be 1..=20"),
+            (31, "max_answer_bytes 1000000000 must be 1024..=67108864"),
         ];
         for (line, text) in want {
             assert!(

@@ -100,6 +100,8 @@ pub const UPSTREAM_STREAM_INTERRUPTED: &str = "upstream_stream_interrupted";
 pub const UPSTREAM_AUTH_ERROR: &str = "upstream_auth_error";
 /// The vendor does not know the deployment's model (502).
 pub const UPSTREAM_MODEL_NOT_FOUND: &str = "upstream_model_not_found";
+/// The vendor's answer outgrew the route's `max_answer_bytes`.
+pub const UPSTREAM_ANSWER_TOO_LARGE: &str = "upstream_answer_too_large";
 
 /// A limiter refusal (429): which scope (`key`, `tenant`, `deployment`) and which limit
 /// (`rpm`, `tpm`, `breaker_open`, …), e.g. `tenant_rpm`.
@@ -154,6 +156,7 @@ pub const ALL: &[&str] = &[
     UPSTREAM_STREAM_INTERRUPTED,
     UPSTREAM_AUTH_ERROR,
     UPSTREAM_MODEL_NOT_FOUND,
+    UPSTREAM_ANSWER_TOO_LARGE,
 ];
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ use crate::http::io;
 use crate::limits::admission::{self, Admission, Admit, Scopes};
 use crate::limits::budget;
 use crate::limits::refusal::refusal_error;
+use crate::pipeline::answer_limit::AnswerLimit;
 use crate::pipeline::attempt::{
     credential, scope_estimate, set_remaining, settle_failure, signals_of, with_route_headers,
 };
@@ -225,7 +226,9 @@ impl<'a> Driver<'a> {
             }
             Ok(up) if (200..300).contains(&up.status) => self.relay_json(index, up, admission, started_ms).await,
             Ok(mut up) => {
-                let body = upstream::read_body(&mut up, timeouts.total_ms.min(budget_ms)).await.unwrap_or_default();
+                let limit = AnswerLimit::new(self.trip.model.max_answer_bytes);
+                let body =
+                    upstream::read_body(&mut up, timeouts.total_ms.min(budget_ms), limit).await.unwrap_or_default();
                 let retry_after = upstream::header(&up, "retry-after");
                 let err = providers::classify(deployment.provider, up.status, retry_after.as_deref(), &body);
                 let signals = signals_of(&up, err.retry_after_ms);
@@ -253,7 +256,8 @@ impl<'a> Driver<'a> {
         started_ms: u64,
     ) -> Result<Response, UpstreamError> {
         let (id, deployment) = self.trip.chain[index];
-        let translated = match upstream::read_body(&mut up, deployment.timeouts.total_ms).await {
+        let limit = AnswerLimit::new(self.trip.model.max_answer_bytes);
+        let translated = match upstream::read_body(&mut up, deployment.timeouts.total_ms, limit).await {
             Ok(body) => self.step.translate(deployment, &body, now_ms()),
             Err(e) => Err(e),
         };
@@ -288,7 +292,8 @@ impl<'a> Driver<'a> {
     ) -> Result<Response, UpstreamError> {
         let (id, deployment) = self.trip.chain[index];
         let scopes = self.scopes.clone();
-        let attempt = StreamAttempt { id, deployment, started_ms, admission, scopes };
+        let limit = AnswerLimit::new(self.trip.model.max_answer_bytes);
+        let attempt = StreamAttempt { id, deployment, started_ms, admission, scopes, limit };
         let after = AfterStream {
             outcome: self.trip.outcome.clone(),
             cache_store: self.cache_store(),

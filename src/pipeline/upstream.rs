@@ -1,5 +1,6 @@
 //! Fetching from a vendor with real timeouts: a timed-out attempt aborts its fetch.
 
+use crate::pipeline::answer_limit::AnswerLimit;
 use crate::providers::{ErrorClass, UpstreamCall, UpstreamError};
 use futures::future::{select, Either};
 use std::time::Duration;
@@ -69,18 +70,61 @@ pub async fn send(
     }
 }
 
-/// Reads a whole body, giving up (and aborting) after `timeout_ms`.
-pub async fn read_body(upstream: &mut UpstreamResponse, timeout_ms: u64) -> Result<Vec<u8>, UpstreamError> {
-    let reading = Box::pin(upstream.response.bytes());
-    let timer = Box::pin(Delay::from(Duration::from_millis(timeout_ms)));
-    let raced = select(reading, timer).await;
-    match raced {
-        Either::Left((Ok(body), _)) => Ok(body),
-        Either::Left((Err(e), _)) => Err(failure(ErrorClass::Connection, format!("reading upstream body failed: {e}"))),
-        Either::Right(_) => {
-            Err(failure(ErrorClass::Timeout, format!("upstream body not complete within {timeout_ms} ms")))
-        }
+/// Reads a whole body within the route's `limit`, giving up after `timeout_ms`; a body over the
+/// limit is refused by its declared length when it has one, else cut off as it grows (and aborted).
+pub async fn read_body(
+    upstream: &mut UpstreamResponse,
+    timeout_ms: u64,
+    mut limit: AnswerLimit,
+) -> Result<Vec<u8>, UpstreamError> {
+    let declared = header(upstream, "content-length").and_then(|v| v.trim().parse::<u64>().ok());
+    // The runtime decodes a compressed body: then its declared length bounds nothing.
+    let plain = header(upstream, "content-encoding").is_none_or(|e| e.trim().eq_ignore_ascii_case("identity"));
+    let known = declared.filter(|_| plain);
+    if let Some(n) = known.filter(|n| limit.refuses(*n)) {
+        upstream.abort.abort();
+        return limit.take(n as usize).map(|_| Vec::new());
     }
+    let read = if known.is_some() {
+        // Declared and within the limit: one read, as before the limit existed.
+        within(async { upstream.response.bytes().await.map_err(read_failed) }, timeout_ms).await
+    } else {
+        within(read_capped(&mut upstream.response, limit), timeout_ms).await
+    };
+    match read {
+        Some(Ok(body)) => Ok(body),
+        Some(Err(e)) => {
+            upstream.abort.abort();
+            Err(e)
+        }
+        None => Err(failure(ErrorClass::Timeout, format!("upstream body not complete within {timeout_ms} ms"))),
+    }
+}
+
+/// `work`'s output, or `None` once `timeout_ms` has passed.
+async fn within<T>(work: impl std::future::Future<Output = T>, timeout_ms: u64) -> Option<T> {
+    let timer = Box::pin(Delay::from(Duration::from_millis(timeout_ms)));
+    match select(Box::pin(work), timer).await {
+        Either::Left((out, _)) => Some(out),
+        Either::Right(_) => None,
+    }
+}
+
+fn read_failed(e: worker::Error) -> UpstreamError {
+    failure(ErrorClass::Connection, format!("reading upstream body failed: {e}"))
+}
+
+/// Reads chunk by chunk, counting each against `limit`.
+async fn read_capped(response: &mut Response, mut limit: AnswerLimit) -> Result<Vec<u8>, UpstreamError> {
+    use futures::StreamExt;
+    let mut stream = response.stream().map_err(read_failed)?;
+    let mut body = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(read_failed)?;
+        limit.take(chunk.len())?;
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }
 
 pub fn body_stream(upstream: &mut UpstreamResponse) -> Result<ByteStream, UpstreamError> {

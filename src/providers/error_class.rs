@@ -23,6 +23,9 @@ pub enum ErrorClass {
     ContentFilter,
     /// The deployment's model or URL does not exist at the vendor: a route-table problem.
     NotFound,
+    /// The answer outgrew the route's `max_answer_bytes`: what the client asked this route for,
+    /// not the deployment's health (no breaker count, no retry, no fallback).
+    TooLarge,
 }
 
 impl ErrorClass {
@@ -73,6 +76,7 @@ impl ErrorClass {
             ErrorClass::Auth => "auth",
             ErrorClass::ContentFilter => "content_filter",
             ErrorClass::NotFound => "not_found",
+            ErrorClass::TooLarge => "answer_too_large",
         }
     }
 }
@@ -120,6 +124,10 @@ impl UpstreamError {
 
     pub fn empty_response(status: u16, message: impl Into<String>) -> Self {
         Self::new(ErrorClass::EmptyResponse, status, message)
+    }
+
+    pub fn too_large(limit: u64) -> Self {
+        Self::new(ErrorClass::TooLarge, 0, format!("the answer exceeded this route's max_answer_bytes ({limit} bytes)"))
     }
 
     /// A body the adapter could not read: the vendor is misbehaving, which counts against it.
@@ -177,6 +185,15 @@ impl UpstreamError {
                 "upstream_error",
                 codes::UPSTREAM_EMPTY_RESPONSE,
                 "The upstream provider returned an empty response.",
+            ),
+            ErrorClass::TooLarge => ApiError::new(
+                502,
+                "upstream_error",
+                codes::UPSTREAM_ANSWER_TOO_LARGE,
+                format!(
+                    "The upstream provider's answer was cut off: {}. Ask for less, or use a route that allows more.",
+                    self.message
+                ),
             ),
             ErrorClass::BadRequest => {
                 let symbolic = |c: &&str| !c.is_empty() && !c.bytes().all(|b| b.is_ascii_digit());
