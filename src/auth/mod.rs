@@ -1,6 +1,7 @@
 //! Authentication: the bearer (or `x-api-key`) key checked against its KV record, and what the gateway then knows
 //! about the request.
 
+pub mod admin_guard;
 pub mod context;
 pub mod headers;
 

@@ -49,6 +49,10 @@ pub struct LogicalModel {
     /// The most a vendor's answer may weigh (JSON body or whole stream) before it is cut off.
     #[serde(default = "LogicalModel::default_max_answer_bytes")]
     pub max_answer_bytes: u64,
+    /// The tenants that may see and use this model; absent means every tenant. To any other
+    /// tenant it does not exist (absent from `/v1/models`, 404 when named).
+    #[serde(default)]
+    pub tenants: Option<Vec<String>>,
 }
 
 impl LogicalModel {
@@ -60,6 +64,11 @@ impl LogicalModel {
     }
     fn default_max_answer_bytes() -> u64 {
         DEFAULT_MAX_ANSWER_BYTES
+    }
+
+    /// Whether `tenant` may see and use this model.
+    pub fn open_to(&self, tenant: &str) -> bool {
+        self.tenants.as_ref().is_none_or(|t| t.iter().any(|name| name == tenant))
     }
 
     /// The deadline for one request, from the route default and a bounded client override.
@@ -368,6 +377,19 @@ impl RouteTable {
                 found.add(&[&at[..], &["chain", &i.to_string()]].concat(), message);
             }
         }
+        match &model.tenants {
+            Some(tenants) if tenants.is_empty() => {
+                let message =
+                    format!("model '{name}': tenants is empty, so no one may use it (omit it for every tenant)");
+                found.add(&[&at[..], &["tenants"]].concat(), message);
+            }
+            Some(tenants) => {
+                for problem in tenants.iter().filter_map(|t| rules::name("tenant", t)) {
+                    found.add(&[&at[..], &["tenants"]].concat(), format!("model '{name}': {problem}"));
+                }
+            }
+            None => {}
+        }
         for (field, problem) in bound_problems(model) {
             found.add(&[&at[..], &[field]].concat(), format!("model '{name}': {problem}"));
         }
@@ -628,7 +650,7 @@ mod tests {
     "late": {"chain": ["ok"], "timeout_ms": 1000,
              "max_timeout_ms": 10},
     "instant": {"chain": ["ok"], "timeout_ms": 0},
-    "weightless": {"chain": [{"deployment": "ok", "weight": 0}]},
+    "weightless": {"chain": [{"deployment": "ok", "weight": 0}], "tenants": []},
     "attempts": {"chain": ["ok"],
                  "retry": {"max_attempts": 1000000}, "max_answer_bytes": 1000000000}
   }
@@ -656,6 +678,7 @@ mod tests {
             (26, "timeout_ms 1000 is above max_timeout_ms 10"),
             (28, "timeout_ms must be at least 1"),
             (29, "every chain entry has weight 0"),
+            (29, "tenants is empty"),
             (31, "retry.max_attempts 1000000 must be 1..=20"),
             (31, "max_answer_bytes 1000000000 must be 1024..=67108864"),
         ];
@@ -666,6 +689,17 @@ mod tests {
             );
         }
         assert_eq!(errs.len(), want.len(), "{errs:#?}");
+    }
+
+    #[test]
+    fn a_model_may_be_one_tenants_own() {
+        let t = TABLE.replace(
+            "\"chat\": {\"chain\": [\"oa\", \"an\"]}",
+            "\"chat\": {\"chain\": [\"oa\"], \"tenants\": [\"acme\"]}",
+        );
+        let t = RouteTable::parse(&t).unwrap();
+        assert!(t.models["chat"].open_to("acme") && !t.models["chat"].open_to("globex"));
+        assert!(RouteTable::parse(TABLE).unwrap().models["chat"].open_to("anyone"), "absent: every tenant");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! `GET /admin/status` (admin token): the route table's health and each deployment's live
 //! limiter state (breaker, bucket levels, pause). Tenants never reach it: it needs `ADMIN_TOKEN`.
 
+use crate::auth::admin_guard::{self, FailedAttempts};
 use crate::config;
 use crate::config::keys;
 use crate::http;
@@ -9,9 +10,24 @@ use crate::http::error::ApiError;
 use crate::limits::admission::LIMITER_BINDING;
 use futures::future::join_all;
 use serde_json::{json, Value};
+use std::cell::RefCell;
 use worker::{Env, Request, Response};
 
-fn authorize(req: &Request, env: &Env) -> Result<(), ApiError> {
+thread_local! {
+    /// Bad admin tokens this isolate has seen lately.
+    static FAILED: RefCell<FailedAttempts> = RefCell::new(FailedAttempts::default());
+}
+
+fn authorize(req: &Request, env: &Env, now_ms: u64) -> Result<(), ApiError> {
+    if let Some(wait_ms) = FAILED.with(|f| f.borrow_mut().locked_for_ms(now_ms)) {
+        return Err(ApiError::new(
+            429,
+            "rate_limit_error",
+            codes::ADMIN_AUTH_RATE_LIMITED,
+            "Too many invalid admin tokens; admin requests resume after the indicated delay.",
+        )
+        .with_retry_after_ms(wait_ms));
+    }
     let expected =
         env.secret("ADMIN_TOKEN").map(|s| s.to_string()).or_else(|_| env.var("ADMIN_TOKEN").map(|v| v.to_string()));
     let Ok(expected) = expected else {
@@ -24,15 +40,22 @@ fn authorize(req: &Request, env: &Env) -> Result<(), ApiError> {
     };
     let header = req.headers().get("authorization").ok().flatten();
     match keys::bearer(header.as_deref()) {
-        // Compare hashes so the comparison time says nothing about the token.
-        Some(token) if keys::hash_key(token) == keys::hash_key(&expected) && !expected.is_empty() => Ok(()),
-        Some(_) => Err(ApiError::new(403, "permission_error", codes::INVALID_ADMIN_TOKEN, "Invalid admin token.")),
+        // Compare hashes, in constant time, so the comparison time says nothing about the token.
+        Some(token)
+            if admin_guard::same(&keys::hash_key(token), &keys::hash_key(&expected)) && !expected.is_empty() =>
+        {
+            Ok(())
+        }
+        Some(_) => {
+            FAILED.with(|f| f.borrow_mut().record_failure(now_ms));
+            Err(ApiError::new(403, "permission_error", codes::INVALID_ADMIN_TOKEN, "Invalid admin token."))
+        }
         None => Err(ApiError::missing_key()),
     }
 }
 
 pub async fn status(req: &Request, env: &Env, now_ms: u64) -> Result<Response, ApiError> {
-    authorize(req, env)?;
+    authorize(req, env, now_ms)?;
     let table = config::store::route_table(env, now_ms).await;
     let health = config::store::table_health(now_ms);
     let mut deployments = serde_json::Map::new();

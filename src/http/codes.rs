@@ -18,6 +18,8 @@ pub const MODEL_NOT_ALLOWED: &str = "model_not_allowed";
 pub const INVALID_ADMIN_TOKEN: &str = "invalid_admin_token";
 /// `/admin/status` without `ADMIN_TOKEN` configured.
 pub const ADMIN_DISABLED: &str = "admin_disabled";
+/// Too many bad admin tokens lately (per isolate): 429 with `Retry-After`.
+pub const ADMIN_AUTH_RATE_LIMITED: &str = "admin_auth_rate_limited";
 
 // The request itself (400, 404, 405, 413)
 /// The body is not JSON.
@@ -119,6 +121,7 @@ pub const ALL: &[&str] = &[
     MODEL_NOT_ALLOWED,
     INVALID_ADMIN_TOKEN,
     ADMIN_DISABLED,
+    ADMIN_AUTH_RATE_LIMITED,
     INVALID_JSON,
     INVALID_REQUEST,
     INVALID_TYPE,

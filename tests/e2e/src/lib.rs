@@ -308,6 +308,20 @@ impl Stack {
         files
     }
 
+    /// `GET /admin/status` with `token`. The gateway refuses every admin request for a few seconds
+    /// after repeated bad tokens (tests/gateway/admin_guard.rs provokes that): waits that out.
+    pub fn admin_status(&self, token: &str) -> client::Reply {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let reply = client::request("GET", &self.url("/admin/status"), Some(token), None);
+            if reply.status != 429 || std::time::Instant::now() > deadline {
+                return reply;
+            }
+            let wait_s = reply.header("retry-after").and_then(|v| v.parse::<u64>().ok()).unwrap_or(1);
+            std::thread::sleep(Duration::from_secs(wait_s.min(15)));
+        }
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.gateway)
     }

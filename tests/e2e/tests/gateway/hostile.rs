@@ -146,3 +146,24 @@ fn n_multiplies_the_output_reserved_at_the_key() {
     assert_eq!(first.join().unwrap().status, 200);
     assert_eq!(s.mock_calls(upstream), 1, "the refused request made no upstream call");
 }
+
+/// Item 11: a model may belong to some tenants (`tenants` in the route table). To every other
+/// tenant's keys, restricted or not, it does not exist: not listed, 404 when named.
+#[test]
+fn a_tenants_own_model_is_invisible_and_unusable_for_other_tenants() {
+    let s = stack();
+    let listed = |key: &str| -> Vec<String> {
+        let r = e2e::client::request("GET", &s.url("/v1/models"), Some(key), None);
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.json()["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap().to_string()).collect()
+    };
+    let own = "tenant-b-only".to_string();
+    let (a, b) = (listed(KEY), listed(e2e::KEY_B));
+    assert!(a.contains(&"gpt-4o-mini".to_string()) && !a.contains(&own), "tenant-a sees {a:?}");
+    assert!(b.contains(&own) && b.contains(&"gpt-4o-mini".to_string()), "tenant-b sees {b:?}");
+    let body = json!({"model": own, "messages": [{"role": "user", "content": "hi"}]});
+    let r = post(&s.url("/v1/chat/completions"), KEY, &body);
+    assert_eq!(r.error(404)["code"], "model_not_found", "{}", r.body);
+    assert!(s.upstream_calls(&r).is_empty());
+    assert_eq!(post(&s.url("/v1/chat/completions"), e2e::KEY_B, &body).status, 200);
+}
