@@ -147,6 +147,31 @@ fn n_multiplies_the_output_reserved_at_the_key() {
     assert_eq!(s.mock_calls(upstream), 1, "the refused request made no upstream call");
 }
 
+/// Item 9, billing side: a vendor that reports no usage is billed the estimate, every choice's.
+#[test]
+fn n_multiplies_the_estimate_billed_when_the_vendor_reports_no_usage() {
+    let s = stack();
+    let body = json!({"model": "choices-no-usage", "n": 3, "max_tokens": 30,
+                      "messages": [{"role": "user", "content": "hi"}]});
+    let r = post(&s.url("/v1/chat/completions"), KEY, &body);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.json().get("usage").is_none(), "the vendor reported no usage");
+    let id = r.header("x-request-id").unwrap().to_string();
+    let out = s.state.parent().unwrap().join("choices-export");
+    let started = Instant::now();
+    let event = loop {
+        let (_, events) = e2e::usage_events_of("tenant-a", &s.exported_usage(&out));
+        if let Some(event) = events.get(&id) {
+            break event.clone();
+        }
+        assert!(started.elapsed() < DELIVERY_DEADLINE, "the usage event never reached R2");
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert_eq!(event["estimated"], true, "{event}");
+    // "hi": ⌈2/4⌉ + 4 = 5 input tokens; three choices of at most 30 output tokens each.
+    assert_eq!((event["input_tokens"].as_u64(), event["output_tokens"].as_u64()), (Some(5), Some(90)), "{event}");
+}
+
 /// Item 11: a model may belong to some tenants (`tenants` in the route table). To every other
 /// tenant's keys, restricted or not, it does not exist: not listed, 404 when named.
 #[test]
