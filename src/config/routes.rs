@@ -316,13 +316,17 @@ impl std::fmt::Display for RouteTableError {
 
 /// Collects problems, each at the line of the field it is about.
 struct Findings<'a> {
-    lines: KeyLines,
+    text: &'a str,
+    /// Mapped on the first problem only: a good table costs no extra scan.
+    lines: Option<KeyLines>,
     out: &'a mut Vec<RouteTableError>,
 }
 
 impl Findings<'_> {
     fn add(&mut self, path: &[&str], message: String) {
-        self.out.push(RouteTableError { line: self.lines.line(path), message });
+        let text = self.text;
+        let line = self.lines.get_or_insert_with(|| KeyLines::of(text)).line(path);
+        self.out.push(RouteTableError { line, message });
     }
 }
 
@@ -332,7 +336,7 @@ impl RouteTable {
         let table: RouteTable = serde_json::from_str(text)
             .map_err(|e| vec![RouteTableError { line: Some(e.line()), message: e.to_string() }])?;
         let mut problems = Vec::new();
-        let mut found = Findings { lines: KeyLines::of(text), out: &mut problems };
+        let mut found = Findings { text, lines: None, out: &mut problems };
         if table.version != SUPPORTED_VERSION {
             let message =
                 format!("unsupported version {} (this gateway reads version {SUPPORTED_VERSION})", table.version);

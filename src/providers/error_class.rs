@@ -140,6 +140,12 @@ impl UpstreamError {
         self
     }
 
+    fn too_large_api_error(&self) -> ApiError {
+        let message =
+            format!("The upstream answer was cut off: {}. Ask for less, or use a route allowing more.", self.message);
+        ApiError::new(502, "upstream_error", codes::UPSTREAM_ANSWER_TOO_LARGE, message)
+    }
+
     /// The client-facing error: vendor 400s keep the vendor's message; the gateway's own
     /// credentials, org ids and raw 5xx pages never reach the client.
     pub fn to_api_error(&self) -> ApiError {
@@ -186,15 +192,7 @@ impl UpstreamError {
                 codes::UPSTREAM_EMPTY_RESPONSE,
                 "The upstream provider returned an empty response.",
             ),
-            ErrorClass::TooLarge => ApiError::new(
-                502,
-                "upstream_error",
-                codes::UPSTREAM_ANSWER_TOO_LARGE,
-                format!(
-                    "The upstream provider's answer was cut off: {}. Ask for less, or use a route that allows more.",
-                    self.message
-                ),
-            ),
+            ErrorClass::TooLarge => self.too_large_api_error(),
             ErrorClass::BadRequest => {
                 let symbolic = |c: &&str| !c.is_empty() && !c.bytes().all(|b| b.is_ascii_digit());
                 let code = self.vendor_code.as_deref().filter(symbolic).unwrap_or("upstream_bad_request");
