@@ -23,9 +23,12 @@ impl AnswerLimit {
         Ok(())
     }
 
-    /// Whether a body whose length is declared up front can be refused before reading it.
-    pub fn refuses(&self, declared: u64) -> bool {
-        declared > self.max
+    /// A body whose length is declared up front, refused before it is read when over the bound.
+    pub fn check_declared(&self, declared: u64) -> Result<(), UpstreamError> {
+        if declared > self.max {
+            return Err(UpstreamError::too_large(self.max));
+        }
+        Ok(())
     }
 }
 
@@ -42,7 +45,9 @@ mod tests {
         assert_eq!(err.class, ErrorClass::TooLarge);
         assert!(err.message.contains("max_answer_bytes (10 bytes)"), "{}", err.message);
         assert!(AnswerLimit::new(10).take(usize::MAX).is_err(), "saturates, never wraps");
-        assert!(AnswerLimit::new(10).refuses(11) && !AnswerLimit::new(10).refuses(10));
+        assert!(AnswerLimit::new(10).check_declared(10).is_ok());
+        assert!(AnswerLimit::new(10).check_declared(11).is_err());
+        assert!(AnswerLimit::new(10).check_declared((1 << 32) + 5).is_err(), "no truncation to usize on wasm32");
     }
 
     #[test]

@@ -75,15 +75,15 @@ pub async fn send(
 pub async fn read_body(
     upstream: &mut UpstreamResponse,
     timeout_ms: u64,
-    mut limit: AnswerLimit,
+    limit: AnswerLimit,
 ) -> Result<Vec<u8>, UpstreamError> {
     let declared = header(upstream, "content-length").and_then(|v| v.trim().parse::<u64>().ok());
     // The runtime decodes a compressed body: then its declared length bounds nothing.
     let plain = header(upstream, "content-encoding").is_none_or(|e| e.trim().eq_ignore_ascii_case("identity"));
     let known = declared.filter(|_| plain);
-    if let Some(n) = known.filter(|n| limit.refuses(*n)) {
+    if let Some(Err(too_large)) = known.map(|n| limit.check_declared(n)) {
         upstream.abort.abort();
-        return limit.take(n as usize).map(|_| Vec::new());
+        return Err(too_large);
     }
     let read = if known.is_some() {
         // Declared and within the limit: one read, as before the limit existed.
