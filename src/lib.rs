@@ -43,9 +43,14 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
     Ok(gateway::handle(req, env, ctx).await)
 }
 
-/// The usage queue's consumer: each batch becomes NDJSON objects in R2.
+/// The usage queue's consumer (each batch becomes NDJSON objects in R2) and its dead-letter
+/// queue's consumer (redelivers and parks what the first could not store).
 #[event(queue)]
 async fn queue(batch: worker::MessageBatch<String>, env: Env, _ctx: Context) -> Result<()> {
-    usage::queue::consume(&batch, &env).await;
+    if usage::dead_letter::is_dead_letter_queue(&batch.queue()) {
+        usage::dead_letter::consume(&batch, &env).await;
+    } else {
+        usage::queue::consume(&batch, &env).await;
+    }
     Ok(())
 }
