@@ -10,8 +10,9 @@ use edge_gateway::config::routes::{RouteTable, ROUTES_KV_KEY};
 use std::process::{Command, ExitCode};
 
 const USAGE: &str = "usage:
-  gatewayctl routes validate FILE
-  gatewayctl routes put FILE [--local] [--persist-to DIR]
+  gatewayctl routes validate FILE [--dev-vars FILE]
+  gatewayctl routes put FILE [--local] [--persist-to DIR] [--dev-vars FILE]
+    (both warn about credentials the .dev.vars file, by default the checkout's, does not bind)
   gatewayctl keys create --tenant T --app A [--env E] [--models m1,m2] [--expires-in-days N] [--label L] [LIMITS] [--local] [--persist-to DIR]
   gatewayctl keys revoke (KEY | ID) [--local] [--persist-to DIR]   (ID: as `keys list` prints it)
   gatewayctl keys list [--local] [--persist-to DIR]
@@ -28,12 +29,12 @@ without --local the commands write to the deployed namespace.";
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
-        ["routes", "validate", file, ..] => validate(file).map(|text| {
+        ["routes", "validate", file, rest @ ..] => validate(file).map(|text| {
             println!("{file}: ok");
-            warn_unbound(&text, true);
+            warn_unbound(&text, rest, true);
         }),
         ["routes", "put", file, rest @ ..] => validate(file).and_then(|text| {
-            warn_unbound(&text, rest.contains(&"--local"));
+            warn_unbound(&text, rest, rest.contains(&"--local"));
             Wrangler::from_flags(rest)?.put(ROUTES_KV_KEY, &text)?;
             println!("route table from {file} written to KV key '{ROUTES_KV_KEY}'");
             Ok(())
@@ -66,9 +67,9 @@ fn validate(file: &str) -> Result<String, String> {
 
 /// Warns (never refuses) about deployments whose credential has no secret: locally against
 /// `.dev.vars`; for production it names the secrets to look for in `wrangler secret list`.
-fn warn_unbound(text: &str, local: bool) {
+fn warn_unbound(text: &str, args: &[&str], local: bool) {
     let Ok(table) = RouteTable::parse(text) else { return };
-    let path = dev_vars_path();
+    let path = flag(args, "--dev-vars").map_or_else(dev_vars_path, std::path::PathBuf::from);
     let vars = std::fs::read_to_string(&path).map(|t| credentials::dev_vars_names(&t)).unwrap_or_default();
     for u in credentials::unbound(&table, |name| vars.contains(name)) {
         eprintln!(

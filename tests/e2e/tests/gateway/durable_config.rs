@@ -101,4 +101,24 @@ fn refused_routes_prices_and_budgets_never_reach_a_gateway_started_after_them() 
     let health = healthz(&s);
     assert_eq!(health.status, 200, "still serving: load balancers keep it in rotation");
     assert_eq!(health.json(), json!({"status": "degraded", "degraded": ["routes", "prices", "budgets"]}));
+
+    // A valid table again (with a deployment whose credential nobody bound): it serves at once.
+    let mut table: Value =
+        serde_json::from_str(&std::fs::read_to_string(s.state.join("../routes.json")).unwrap()).unwrap();
+    table["deployments"]["oa-unbound"] = json!({"provider": "openai", "base_url": "http://127.0.0.1:9/v1",
+                                                "model": "e2e-unbound", "credential": "NOT_BOUND_KEY"});
+    s.put_config("routes", &table.to_string());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let v = loop {
+        let v = status(&s);
+        if v["config"]["routes"]["serving"]["source"] == "current" {
+            break v;
+        }
+        assert!(Instant::now() < deadline, "the fixed table did not serve within 20 s: {v}");
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    assert_eq!(v["config"]["routes"]["degraded"], false, "{v}");
+    assert_eq!(v["config"]["routes"]["refused"], Value::Null);
+    assert_eq!(v["unbound_credentials"], json!([{"deployment": "oa-unbound", "credential": "NOT_BOUND_KEY"}]));
+    assert_eq!(healthz(&s).json(), json!({"status": "degraded", "degraded": ["prices", "budgets"]}));
 }
