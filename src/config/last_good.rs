@@ -175,7 +175,8 @@ impl<T> DocSlot<T> {
                 let problem = format!("reading KV key '{}' failed: {e}", policy.kv_key);
                 let log = json!({"event": format!("{}_unavailable", policy.name), "error": problem, "serving_last_good": self.doc.is_some()});
                 self.problem = Some(problem);
-                Observed { follow_up: FollowUp::Nothing, log: Some(log) }
+                // Only an isolate with nothing to serve asks, and it read the copy alongside.
+                Observed { log: Some(log), ..self.ask_fallback(true) }
             }
             Ok(None) if policy.clear_when_missing => {
                 *self = DocSlot { fetched_ms: Some(now_ms), ..DocSlot::new() };
@@ -369,6 +370,18 @@ mod tests {
         assert_eq!(slot.observe(Ok(None), 14, &POLICY, parse).follow_up, FollowUp::Nothing);
         assert_eq!(slot.problem.as_deref(), Some("KV key 'doc' is missing"));
         assert!(!slot.degraded(), "nothing served: unavailable, not degraded");
+    }
+
+    #[test]
+    fn a_new_isolate_that_cannot_read_the_current_key_serves_the_copy() {
+        let mut slot = DocSlot::new();
+        let seen = slot.observe(Err("KV down".into()), 10, &POLICY, parse);
+        assert_eq!(seen.follow_up, FollowUp::Fallback);
+        slot.adopt(copy("4", 2), &POLICY, parse);
+        assert_eq!((served(&slot), slot.degraded()), (Some(4), true));
+        assert_eq!(slot.observe(Err("KV down".into()), 20, &POLICY, parse).follow_up, FollowUp::Nothing);
+        assert!(matches!(slot.observe(read("4"), 30, &POLICY, parse).follow_up, FollowUp::Promote { .. }));
+        assert_eq!((served(&slot), slot.degraded()), (Some(4), false));
     }
 
     #[test]
