@@ -44,7 +44,7 @@ pub async fn cached_doc<T>(
     let ttl = cache_ttl_ms(env);
     let (fresh, cold) = slot.with(|s| {
         let s = s.borrow();
-        (s.fresh(now_ms, ttl, policy).then(|| s.doc.clone()), s.doc.is_none())
+        (s.fresh(now_ms, ttl, policy).then(|| s.doc.clone()), s.fetched_ms.is_none())
     });
     if let Some(doc) = fresh {
         return doc;
@@ -56,7 +56,7 @@ pub async fn cached_doc<T>(
             return slot.with(|s| settle(&mut s.borrow_mut(), read, now_ms, policy, &parse));
         }
     };
-    // A cold isolate reads the last-good copy alongside: no extra round trip if it is needed.
+    // An isolate's first read takes the last-good copy alongside: no extra round trip if it is needed.
     let (read, copy) = if cold {
         let (read, copy) = futures::join!(read_text(&kv, policy.kv_key), read_copy(&kv, policy.kv_key));
         (read, Some(copy))
