@@ -16,7 +16,9 @@ pub fn parse_checked<T: serde::de::DeserializeOwned>(
 }
 
 pub mod budgets;
+pub mod credentials;
 pub mod keys;
+pub mod last_good;
 pub mod policy;
 pub mod prices;
 pub mod routes;
