@@ -42,6 +42,8 @@ pub async fn send(
 ) -> Result<UpstreamResponse, UpstreamError> {
     let headers = Headers::new();
     let _ = headers.set(CORRELATION_HEADER, request_id);
+    // Vendors compress only when asked; the runtime's fetch decodes gzip, so usage stays readable.
+    let _ = headers.set("accept-encoding", "gzip");
     for (name, value) in &call.headers {
         headers
             .set(name, value)

@@ -31,6 +31,7 @@ pub enum Key {
     Cached,
     CacheWrite,
     Reasoning,
+    Gzip,
 }
 
 enum Kind {
@@ -72,6 +73,8 @@ const KEYS: &[(&str, Key, Kind)] = &[
     ("cached", Key::Cached, ANY),
     ("cache_write", Key::CacheWrite, ANY),
     ("reasoning", Key::Reasoning, ANY),
+    // Answers gzip-encoded when the request's Accept-Encoding allows it, as real vendors do.
+    ("gzip", Key::Gzip, Kind::Flag),
 ];
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -5,6 +5,8 @@ mod admin_tools;
 mod budget;
 mod cache;
 mod completions;
+mod dead_letter;
+mod durable_config;
 mod errors;
 mod hostile;
 mod layers;
