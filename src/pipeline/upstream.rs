@@ -1,6 +1,7 @@
 //! Fetching from a vendor with real timeouts: a timed-out attempt aborts its fetch.
 
 use crate::http::header_map::{HeaderMap, HeaderText};
+use crate::pipeline::answer_limit::AnswerLimit;
 use crate::providers::{ErrorClass, UpstreamCall, UpstreamError};
 use futures::future::{select, Either};
 use std::time::Duration;
@@ -90,18 +91,62 @@ async fn whole_body(response: &web_sys::Response) -> Result<Vec<u8>, worker::Err
     Ok(Uint8Array::new(&buffer).to_vec())
 }
 
-/// Reads a whole body, giving up (and aborting) after `timeout_ms`.
-pub async fn read_body(upstream: &mut UpstreamResponse, timeout_ms: u64) -> Result<Vec<u8>, UpstreamError> {
-    let reading = Box::pin(whole_body(&upstream.response));
-    let timer = Box::pin(Delay::from(Duration::from_millis(timeout_ms)));
-    let raced = select(reading, timer).await;
-    match raced {
-        Either::Left((Ok(body), _)) => Ok(body),
-        Either::Left((Err(e), _)) => Err(failure(ErrorClass::Connection, format!("reading upstream body failed: {e}"))),
-        Either::Right(_) => {
-            Err(failure(ErrorClass::Timeout, format!("upstream body not complete within {timeout_ms} ms")))
-        }
+/// Reads a whole body within the route's `limit`, giving up after `timeout_ms`; a body over the
+/// limit is refused by its declared length when it has one, else cut off as it grows (and aborted).
+pub async fn read_body(
+    upstream: &mut UpstreamResponse,
+    timeout_ms: u64,
+    limit: AnswerLimit,
+) -> Result<Vec<u8>, UpstreamError> {
+    let declared = header(upstream, "content-length").and_then(|v| v.trim().parse::<u64>().ok());
+    // The runtime decodes a compressed body: then its declared length bounds nothing.
+    let plain = header(upstream, "content-encoding").is_none_or(|e| e.trim().eq_ignore_ascii_case("identity"));
+    let known = declared.filter(|_| plain);
+    if let Some(Err(too_large)) = known.map(|n| limit.check_declared(n)) {
+        upstream.abort.abort();
+        return Err(too_large);
     }
+    let read = if known.is_some() {
+        // Declared and within the limit: one read, as before the limit existed.
+        within(async { whole_body(&upstream.response).await.map_err(read_failed) }, timeout_ms).await
+    } else {
+        within(read_capped(&upstream.response, limit), timeout_ms).await
+    };
+    match read {
+        Some(Ok(body)) => Ok(body),
+        Some(Err(e)) => {
+            upstream.abort.abort();
+            Err(e)
+        }
+        None => Err(failure(ErrorClass::Timeout, format!("upstream body not complete within {timeout_ms} ms"))),
+    }
+}
+
+/// `work`'s output, or `None` once `timeout_ms` has passed.
+async fn within<T>(work: impl std::future::Future<Output = T>, timeout_ms: u64) -> Option<T> {
+    let timer = Box::pin(Delay::from(Duration::from_millis(timeout_ms)));
+    match select(Box::pin(work), timer).await {
+        Either::Left((out, _)) => Some(out),
+        Either::Right(_) => None,
+    }
+}
+
+fn read_failed(e: worker::Error) -> UpstreamError {
+    failure(ErrorClass::Connection, format!("reading upstream body failed: {e}"))
+}
+
+/// Reads chunk by chunk, counting each against `limit`.
+async fn read_capped(response: &web_sys::Response, mut limit: AnswerLimit) -> Result<Vec<u8>, UpstreamError> {
+    use futures::StreamExt;
+    let body = response.body().ok_or_else(|| failure(ErrorClass::Connection, "upstream body unreadable".into()))?;
+    let mut stream = ByteStream::from(body);
+    let mut body = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(read_failed)?;
+        limit.take(chunk.len())?;
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }
 
 pub fn body_stream(upstream: &mut UpstreamResponse) -> Result<ByteStream, UpstreamError> {

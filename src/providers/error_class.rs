@@ -23,6 +23,9 @@ pub enum ErrorClass {
     ContentFilter,
     /// The deployment's model or URL does not exist at the vendor: a route-table problem.
     NotFound,
+    /// The answer outgrew the route's `max_answer_bytes`: what the client asked this route for,
+    /// not the deployment's health (no breaker count, no retry, no fallback).
+    TooLarge,
 }
 
 impl ErrorClass {
@@ -73,6 +76,7 @@ impl ErrorClass {
             ErrorClass::Auth => "auth",
             ErrorClass::ContentFilter => "content_filter",
             ErrorClass::NotFound => "not_found",
+            ErrorClass::TooLarge => "answer_too_large",
         }
     }
 }
@@ -122,6 +126,10 @@ impl UpstreamError {
         Self::new(ErrorClass::EmptyResponse, status, message)
     }
 
+    pub fn too_large(limit: u64) -> Self {
+        Self::new(ErrorClass::TooLarge, 0, format!("the answer exceeded this route's max_answer_bytes ({limit} bytes)"))
+    }
+
     /// A body the adapter could not read: the vendor is misbehaving, which counts against it.
     pub fn malformed(status: u16, message: impl Into<String>) -> Self {
         Self::new(ErrorClass::ServerError, status, message)
@@ -130,6 +138,12 @@ impl UpstreamError {
     pub fn with_retry_after_ms(mut self, ms: u64) -> Self {
         self.retry_after_ms = Some(ms);
         self
+    }
+
+    fn too_large_api_error(&self) -> ApiError {
+        let message =
+            format!("The upstream answer was cut off: {}. Ask for less, or use a route allowing more.", self.message);
+        ApiError::new(502, "upstream_error", codes::UPSTREAM_ANSWER_TOO_LARGE, message)
     }
 
     /// The client-facing error: vendor 400s keep the vendor's message; the gateway's own
@@ -178,6 +192,7 @@ impl UpstreamError {
                 codes::UPSTREAM_EMPTY_RESPONSE,
                 "The upstream provider returned an empty response.",
             ),
+            ErrorClass::TooLarge => self.too_large_api_error(),
             ErrorClass::BadRequest => {
                 let symbolic = |c: &&str| !c.is_empty() && !c.bytes().all(|b| b.is_ascii_digit());
                 let code = self.vendor_code.as_deref().filter(symbolic).unwrap_or("upstream_bad_request");

@@ -196,6 +196,8 @@ pub struct Timing {
     pub cut_after: Option<u64>,
     pub stall_after: Option<u64>,
     pub error_after: Option<u64>,
+    /// A JSON body goes out chunked (64 KiB chunks), without `Content-Length`.
+    pub chunked: bool,
 }
 
 #[derive(Debug)]
