@@ -9,17 +9,18 @@ use crate::endpoints::embeddings;
 use crate::endpoints::responses;
 use crate::http;
 use crate::http::error::ApiError;
+use crate::http::incoming::Incoming;
 use crate::idempotency;
 use crate::idempotency::gate::Entry;
 use crate::providers::passthrough::MessagesCall;
 use crate::support::clock::now_ms;
-use worker::{Context, Env, Method, Request, Response};
+use worker::{Context, Env, Method, Response};
 
-pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
+pub async fn handle(req: Incoming, env: Env, ctx: Context) -> Response {
     let request_id = new_request_id();
     let started_ms = now_ms();
-    let path = req.path();
-    let method = req.method();
+    let path = req.path.clone();
+    let method = req.method.clone();
     // The Messages door answers in Anthropic's format, errors included.
     let messages_call = match path.as_str() {
         "/v1/messages" => Some(MessagesCall::Create),
@@ -44,14 +45,14 @@ pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
             Err(e) => Err(e),
         },
         (Method::Post, "/v1/chat/completions") => match auth::authenticate(&req, &env, &request_id, started_ms).await {
-            Ok(rc) => match http::io::read_body(&mut req).await {
+            Ok(rc) => match http::io::read_body(&req).await {
                 Ok(body) => idempotent(rc, body, &env, &ctx, Door::Chat).await,
                 Err(e) => Err(e),
             },
             Err(e) => Err(e),
         },
         (Method::Post, "/v1/responses") => match auth::authenticate(&req, &env, &request_id, started_ms).await {
-            Ok(rc) => match http::io::read_body(&mut req).await {
+            Ok(rc) => match http::io::read_body(&req).await {
                 Ok(body) => idempotent(rc, body, &env, &ctx, Door::Responses).await,
                 Err(e) => Err(e),
             },
@@ -59,7 +60,7 @@ pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
         },
         (Method::Post, "/v1/responses/input_tokens") => {
             match auth::authenticate(&req, &env, &request_id, started_ms).await {
-                Ok(rc) => match http::io::read_body(&mut req).await {
+                Ok(rc) => match http::io::read_body(&req).await {
                     Ok(body) => responses::input_tokens(rc, body, &env, &ctx).await,
                     Err(e) => Err(e),
                 },
@@ -68,7 +69,7 @@ pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
         }
         (Method::Get, p) if p.starts_with("/v1/responses/") => Err(responses::not_stored()),
         (Method::Post, "/v1/embeddings") => match auth::authenticate(&req, &env, &request_id, started_ms).await {
-            Ok(rc) => match http::io::read_body(&mut req).await {
+            Ok(rc) => match http::io::read_body(&req).await {
                 Ok(body) => embeddings::create(rc, body, &env, &ctx).await,
                 Err(e) => Err(e),
             },

@@ -31,7 +31,7 @@ pub use limiter::budget::TenantBudget;
 pub use limiter::idempotency::IdempotencyStore;
 pub use limiter::DeploymentLimiter;
 
-use worker::{event, Context, Env, Request, Response, Result};
+use worker::{event, Context, Env, Response, Result};
 
 #[event(start)]
 fn start() {
@@ -39,8 +39,9 @@ fn start() {
 }
 
 #[event(fetch)]
-async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
-    Ok(gateway::handle(req, env, ctx).await)
+async fn fetch(req: worker::web_sys::Request, env: Env, ctx: Context) -> Result<Response> {
+    // The runtime's own request, read once (`http::incoming`), not worker's wrapper.
+    Ok(gateway::handle(http::incoming::Incoming::new(req), env, ctx).await)
 }
 
 /// The usage queue's consumer (each batch becomes NDJSON objects in R2) and its dead-letter

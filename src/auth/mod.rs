@@ -11,13 +11,17 @@ use crate::config;
 use crate::config::keys::{self, KeyRefusal};
 use crate::http::codes;
 use crate::http::error::ApiError;
-use crate::http::header_map::HeaderMap;
-use worker::{Env, Request};
+use crate::http::incoming::Incoming;
+use worker::Env;
 
 /// The bearer key checked against its KV record; the request's context once it is accepted.
-pub async fn authenticate(req: &Request, env: &Env, request_id: &str, now_ms: u64) -> Result<RequestContext, ApiError> {
-    // Every header in one call into the runtime; the rest of the request reads this copy.
-    let headers = HeaderMap::of(&req.inner().headers());
+pub async fn authenticate(
+    req: &Incoming,
+    env: &Env,
+    request_id: &str,
+    now_ms: u64,
+) -> Result<RequestContext, ApiError> {
+    let headers = req.headers.clone();
     let header = headers.get_owned("authorization");
     // Anthropic's SDKs send the key as `x-api-key`; `Authorization: Bearer` wins when both are set.
     let api_key = headers.get_owned("x-api-key");

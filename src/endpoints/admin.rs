@@ -11,20 +11,21 @@ use crate::endpoints::health;
 use crate::http;
 use crate::http::codes;
 use crate::http::error::ApiError;
+use crate::http::incoming::Incoming;
 use crate::limits::admission::LIMITER_BINDING;
 use crate::pipeline::attempt::credential;
 use crate::usage::dead_letter;
 use futures::future::join_all;
 use serde_json::{json, Value};
 use std::cell::RefCell;
-use worker::{Env, Request, Response};
+use worker::{Env, Response};
 
 thread_local! {
     /// Bad admin tokens this isolate has seen lately.
     static FAILED: RefCell<FailedAttempts> = RefCell::new(FailedAttempts::default());
 }
 
-fn authorize(req: &Request, env: &Env, now_ms: u64) -> Result<(), ApiError> {
+fn authorize(req: &Incoming, env: &Env, now_ms: u64) -> Result<(), ApiError> {
     if let Some(wait_ms) = FAILED.with(|f| f.borrow_mut().locked_for_ms(now_ms)) {
         return Err(ApiError::new(
             429,
@@ -44,7 +45,7 @@ fn authorize(req: &Request, env: &Env, now_ms: u64) -> Result<(), ApiError> {
             "Set the ADMIN_TOKEN secret to use admin endpoints.",
         ));
     };
-    let header = req.headers().get("authorization").ok().flatten();
+    let header = req.headers.get_owned("authorization");
     match keys::bearer(header.as_deref()) {
         // Compare hashes, in constant time, so the comparison time says nothing about the token.
         Some(token)
@@ -60,7 +61,7 @@ fn authorize(req: &Request, env: &Env, now_ms: u64) -> Result<(), ApiError> {
     }
 }
 
-pub async fn status(req: &Request, env: &Env, now_ms: u64) -> Result<Response, ApiError> {
+pub async fn status(req: &Incoming, env: &Env, now_ms: u64) -> Result<Response, ApiError> {
     authorize(req, env, now_ms)?;
     let docs = health::documents(env, now_ms).await;
     let table = config::store::route_table(env, now_ms).await;

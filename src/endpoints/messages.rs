@@ -19,6 +19,7 @@ use crate::http;
 use crate::http::anthropic_error;
 use crate::http::codes;
 use crate::http::error::ApiError;
+use crate::http::incoming::Incoming;
 use crate::idempotency;
 use crate::idempotency::gate::Entry;
 use crate::pipeline::gate::Needs;
@@ -33,11 +34,11 @@ use crate::usage::estimate;
 use crate::usage::output_history;
 use crate::usage::record::{Ingress, RequestOutcome, RequestShape};
 use serde_json::Value;
-use worker::{Context, Env, Request, Response};
+use worker::{Context, Env, Response};
 
 /// Serves either Messages URL; every failure is answered in Anthropic's error format.
 pub async fn serve(
-    mut req: Request,
+    req: Incoming,
     call: MessagesCall,
     env: &Env,
     ctx: &Context,
@@ -45,7 +46,7 @@ pub async fn serve(
     started_ms: u64,
 ) -> Response {
     let result = match auth::authenticate(&req, env, request_id, started_ms).await {
-        Ok(rc) => match http::io::read_body(&mut req).await {
+        Ok(rc) => match http::io::read_body(&req).await {
             Ok(body) => dispatch(&req, rc, body, call, env, ctx).await,
             Err(e) => Err(e),
         },
@@ -61,7 +62,7 @@ pub async fn serve(
 }
 
 async fn dispatch(
-    req: &Request,
+    req: &Incoming,
     rc: RequestContext,
     body: Vec<u8>,
     call: MessagesCall,
@@ -69,7 +70,7 @@ async fn dispatch(
     ctx: &Context,
 ) -> Result<Response, ApiError> {
     let header = |name: &str| rc.headers.get_owned(name);
-    let query = req.url().ok().and_then(|u| u.query().map(str::to_string));
+    let query = req.query.clone();
     let client = ClientHeaders { version: header("anthropic-version"), beta: header("anthropic-beta"), query };
     let session = header("x-claude-code-session-id");
     if call == MessagesCall::CountTokens {
