@@ -503,6 +503,19 @@ impl LeaseLedger {
         local.retire_all()
     }
 
+    /// Whether this isolate should tell the object of a fault it found on its own (a missing
+    /// credential): not while it already knows the deployment is unhealthy. Saying yes starts
+    /// that quiet time, so each isolate reports at most once per [`MAX_QUIET_MS`].
+    pub fn report_fault(&mut self, deployment: &str, now_ms: u64) -> bool {
+        let local = self.local(deployment);
+        if now_ms < local.quiet_until_ms {
+            return false;
+        }
+        local.quiet_until_ms = now_ms + MAX_QUIET_MS;
+        local.retire_all();
+        true
+    }
+
     /// Everything to tell the object, to ride along with the next message.
     pub fn take_tally(&mut self, deployment: &str, now_ms: u64) -> Tally {
         self.local(deployment).take_tally(now_ms)
@@ -545,7 +558,7 @@ fn local_in<'a>(deployments: &'a mut HashMap<String, Local>, deployment: &str) -
 /// Whether the object must hear of this settle now rather than with the next message.
 fn urgent(outcome: &Outcome, signals: &UpstreamSignals, held: Delta) -> bool {
     let below = |told: Option<u64>, held: i64| told.is_some_and(|n| signed(n) < held);
-    matches!(outcome, Outcome::Failure | Outcome::RateLimited { .. } | Outcome::QuotaExhausted)
+    matches!(outcome, Outcome::Failure | Outcome::Fault { .. } | Outcome::RateLimited { .. } | Outcome::QuotaExhausted)
         || signals.retry_after_ms.is_some()
         || below(signals.remaining_requests, held.requests)
         || below(signals.remaining_tokens, held.tokens)

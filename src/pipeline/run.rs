@@ -18,7 +18,7 @@ use crate::pipeline::attempt::{
 };
 use crate::pipeline::decision_log::DecisionLog;
 use crate::pipeline::gate::{self, Gate, Needs};
-use crate::pipeline::plan::{deadline_error, Candidate, IsolateRetryBudgets, Planner, Step};
+use crate::pipeline::plan::{deadline_error, Candidate, IsolateRetryBudgets, Planner, Skip, Step};
 use crate::pipeline::report;
 use crate::pipeline::step::VendorStep;
 use crate::pipeline::stream::{self, AfterStream, StreamAttempt};
@@ -28,7 +28,7 @@ use crate::support::clock::now_ms;
 use crate::usage::estimate::{self, TokenEstimate};
 use crate::usage::record::RequestShape;
 use crate::usage::record::{Attempt, RequestOutcome};
-use limiter::protocol::{TokenUsage, UpstreamSignals};
+use limiter::protocol::{FaultReason, Outcome, TokenUsage, UpstreamSignals};
 use worker::{Context, Env, Response};
 
 /// What an endpoint tells the pipeline about one request.
@@ -74,14 +74,7 @@ pub async fn run(trip: Trip<'_>, step: &dyn VendorStep, env: &Env, ctx: &Context
     loop {
         match driver.planner.next(now_ms(), &mut IsolateRetryBudgets) {
             Step::Stop(_) => return driver.give_up().await,
-            Step::Skip { index, reason } => {
-                driver.warn_unknown(index);
-                let missing = match &reason {
-                    crate::pipeline::plan::Skip::Capability(missing) => missing.as_slice(),
-                    _ => &[],
-                };
-                driver.log.skip(driver.trip.chain[index].0, reason.as_str(), missing);
-            }
+            Step::Skip { index, reason } => driver.skip(index, reason),
             Step::Try { index, wait_ms } => {
                 driver.warn_unknown(index);
                 if wait_ms > 0 {
@@ -152,6 +145,23 @@ impl<'a> Driver<'a> {
         Driver { trip, step, env, ctx, scopes, planner, log, credentials, estimates }
     }
 
+    /// A candidate passed over; one whose credential is not bound is the deployment's fault:
+    /// its breaker learns it and the decision log raises it.
+    fn skip(&mut self, index: usize, reason: Skip) {
+        self.warn_unknown(index);
+        let (id, deployment) = self.trip.chain[index];
+        let missing = match &reason {
+            Skip::Capability(missing) => missing.as_slice(),
+            Skip::CredentialMissing => {
+                self.log.alert(id, FaultReason::MissingCredential.as_str());
+                admission::report_fault(self.env, self.ctx, id, deployment, FaultReason::MissingCredential);
+                &[]
+            }
+            Skip::RetryBudgetExhausted => &[],
+        };
+        self.log.skip(id, reason.as_str(), missing);
+    }
+
     fn warn_unknown(&mut self, index: usize) {
         if let Gate::PassUnknown(unknown) = &self.planner.candidate(index).gate {
             self.log.warn_unknown(self.trip.chain[index].0, unknown);
@@ -192,6 +202,9 @@ impl<'a> Driver<'a> {
             }
             Err(err) => {
                 self.log.failed(id, err.class.as_str());
+                if let Outcome::Fault { reason } = admission::outcome_for(Some(err.class), None) {
+                    self.log.alert(id, reason.as_str());
+                }
                 self.trip.outcome.attempts.push(Attempt::failed(id, deployment, &err, started_ms, now_ms()));
                 self.planner.failed(err);
                 None

@@ -5,6 +5,7 @@ mod budget;
 mod cache;
 mod completions;
 mod errors;
+mod faults;
 mod hostile;
 mod layers;
 mod limits;
