@@ -20,6 +20,9 @@ pub struct BreakerConfig {
     pub open_ms: u64,
     /// After closing, each step lets only `pct`% of admissions through for `ms`; then 100%.
     pub ramp: Vec<RampStep>,
+    /// On unless switched off on purpose (`"breaker": {"enabled": false}`): a deployment without
+    /// a breaker keeps being sent requests however it fails.
+    pub enabled: bool,
 }
 
 impl Default for BreakerConfig {
@@ -28,6 +31,7 @@ impl Default for BreakerConfig {
             trip: Trip::default(),
             open_ms: 30_000,
             ramp: vec![RampStep { pct: 20, ms: 10_000 }, RampStep { pct: 50, ms: 10_000 }],
+            enabled: true,
         }
     }
 }
@@ -187,6 +191,9 @@ impl Breaker {
 
     /// Whether an admission may go ahead; `rand` decides ramp sampling.
     pub fn check(&mut self, cfg: &BreakerConfig, now_ms: u64, rand: u64) -> Result<BreakerPass, Rejection> {
+        if !cfg.enabled {
+            return Ok(BreakerPass::Pass);
+        }
         self.advance(cfg, now_ms);
         match self.phase {
             Phase::Open { until_ms } => {
@@ -210,6 +217,9 @@ impl Breaker {
 
     /// Whether the isolates may admit on their own: only when closed and fully ramped up.
     pub fn lease_gate(&mut self, cfg: &BreakerConfig, now_ms: u64) -> Result<(), Rejection> {
+        if !cfg.enabled {
+            return Ok(());
+        }
         self.advance(cfg, now_ms);
         match self.phase {
             Phase::Open { until_ms } => {
@@ -229,7 +239,7 @@ impl Breaker {
     /// while closed: outcomes of requests admitted before a trip change nothing.
     pub fn record_successes(&mut self, cfg: &BreakerConfig, n: u64, now_ms: u64) {
         self.advance(cfg, now_ms);
-        if n > 0 && self.phase == Phase::Closed {
+        if n > 0 && self.phase == Phase::Closed && cfg.enabled {
             self.failures = 0;
             self.window.add_n(cfg, now_ms, n, 0);
         }
@@ -254,6 +264,9 @@ impl Breaker {
     /// Feeds the outcome of reservation `id`. While open, and while half-open for anything but
     /// the probe, outcomes are of requests admitted before the trip and change nothing.
     pub fn record(&mut self, cfg: &BreakerConfig, id: &str, outcome: &Outcome, now_ms: u64) {
+        if !cfg.enabled {
+            return;
+        }
         self.advance(cfg, now_ms);
         match self.phase {
             Phase::Open { .. } => {}
@@ -435,7 +448,7 @@ mod tests {
     use super::*;
 
     fn consecutive(failures: u32) -> BreakerConfig {
-        BreakerConfig { trip: Trip::Consecutive { failures }, open_ms: 1_000, ramp: vec![] }
+        BreakerConfig { trip: Trip::Consecutive { failures }, open_ms: 1_000, ramp: vec![], enabled: true }
     }
 
     fn error_rate() -> BreakerConfig {
@@ -443,6 +456,7 @@ mod tests {
             trip: Trip::ErrorRate { window_ms: 10_000, min_samples: 4, threshold_pct: 50 },
             open_ms: 1_000,
             ramp: vec![],
+            enabled: true,
         }
     }
 
@@ -494,6 +508,17 @@ mod tests {
         assert_eq!(b.status(&cfg, 10).reason.as_deref(), Some("failures"), "admitted before the trip");
         let snapshot = serde_json::to_string(&b).unwrap();
         assert_eq!(serde_json::from_str::<Breaker>(&snapshot).unwrap(), b, "the cause survives a reload");
+    }
+
+    #[test]
+    fn a_breaker_switched_off_passes_everything_and_learns_nothing() {
+        let cfg = BreakerConfig { enabled: false, ..consecutive(1) };
+        let mut b = Breaker::default();
+        fail(&mut b, &cfg, 0);
+        b.record(&cfg, "x", &Outcome::Fault { reason: FaultReason::VendorAuth }, 1);
+        assert_eq!((b.state(), b.status(&cfg, 1).consecutive_failures), (BreakerState::Closed, 0));
+        assert_eq!(b.check(&cfg, 2, 0), Ok(BreakerPass::Pass));
+        assert_eq!(b.lease_gate(&cfg, 2), Ok(()));
     }
 
     #[test]

@@ -132,10 +132,11 @@ pub struct Deployment {
     pub quirks: Quirks,
     #[serde(default)]
     pub capabilities: Capabilities,
-    /// Limits for the deployment's limiter (requests/tokens per minute, breaker).
-    /// Without limits the deployment skips the limiter (no buckets, no breaker).
+    /// Limits for the deployment's limiter (requests/tokens per minute, breaker). Absent, the
+    /// deployment still has the default breaker; only `"breaker": {"enabled": false}` with no
+    /// other limit takes it off the limiter altogether.
     #[serde(default)]
-    pub limits: Option<limiter::Limits>,
+    pub limits: limiter::Limits,
     #[serde(default)]
     pub timeouts: Timeouts,
     /// Key into the price table.
@@ -162,6 +163,11 @@ pub enum Api {
 }
 
 impl Deployment {
+    /// The limits its limiter object enforces, if it has anything to enforce.
+    pub fn enforced_limits(&self) -> Option<&limiter::Limits> {
+        Some(&self.limits).filter(|l| l.enforces_anything())
+    }
+
     /// Whether the deployment accepts `api` natively.
     pub fn accepts(&self, api: Api) -> bool {
         if self.apis.is_empty() {
@@ -378,7 +384,7 @@ impl RouteTable {
                     message: format!("deployment '{id}' base_url must start with http:// or https://"),
                 });
             }
-            for problem in d.limits.as_ref().map(|l| l.problems()).unwrap_or_default() {
+            for problem in d.limits.problems() {
                 out.push(RouteTableError {
                     line: line_of(text, &format!("\"{id}\"")),
                     message: format!("deployment '{id}' limits: {problem}"),
@@ -538,7 +544,15 @@ mod tests {
             "\"credential\": \"OPENAI_API_KEY\", \"limits\": {\"rpm\": 50, \"tpm\": 1000}}",
         );
         let t = RouteTable::parse(&t).unwrap();
-        assert_eq!(t.deployments["oa"].limits.as_ref().unwrap().rpm, Some(50));
+        assert_eq!(t.deployments["oa"].limits.rpm, Some(50));
+        let plain = RouteTable::parse(TABLE).unwrap();
+        let an = &plain.deployments["an"].limits;
+        assert!(an.breaker.enabled && !an.has_buckets() && an.enforces_anything(), "a breaker by default");
+        let off = TABLE.replace(
+            "\"credential\": \"OPENAI_API_KEY\"}",
+            "\"credential\": \"OPENAI_API_KEY\", \"limits\": {\"breaker\": {\"enabled\": false}}}",
+        );
+        assert!(!RouteTable::parse(&off).unwrap().deployments["oa"].limits.enforces_anything(), "off on purpose");
         let bad = TABLE.replace(
             "\"credential\": \"OPENAI_API_KEY\"}",
             "\"credential\": \"OPENAI_API_KEY\", \"limits\": {\"rpn\": 50}}",

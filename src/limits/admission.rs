@@ -79,7 +79,7 @@ pub async fn admit(
     estimate: TokenEstimate,
     max_wait_ms: u64,
 ) -> Admit {
-    let Some(limits) = &deployment.limits else {
+    let Some(limits) = deployment.enforced_limits() else {
         return Admit::Admitted(unlimited());
     };
     // Only a deployment sharing its capacity fairly needs to know who asks.
@@ -312,7 +312,7 @@ fn log_failed(event: &str, object: &str, error: &str) {
 /// bound), in the background: it opens with that reason. An isolate reports it at most once per
 /// quiet time; a deployment without a breaker learns nothing.
 pub fn report_fault(env: &Env, ctx: &Context, deployment_id: &str, deployment: &Deployment, reason: FaultReason) {
-    if deployment.limits.is_none() {
+    if deployment.enforced_limits().is_none_or(|l| !l.breaker.enabled) {
         return;
     }
     let object = object_name(deployment_id);

@@ -290,12 +290,14 @@ impl Local {
         })
     }
 
-    fn wants_more(&self, now_ms: u64) -> bool {
+    /// `free`: the deployment has no buckets, so a lease holds nothing back from anyone and is
+    /// worth asking for from the first request (it only says the breaker is closed).
+    fn wants_more(&self, now_ms: u64, free: bool) -> bool {
         let asking = self.asking.as_ref().is_some_and(|(_, since)| now_ms < since.saturating_add(ASK_TIMEOUT_MS));
         if asking || now_ms < self.quiet_until_ms || self.slices.len() >= MAX_SLICES {
             return false;
         }
-        if !self.demand.worth_leasing(now_ms) {
+        if !free && !self.demand.worth_leasing(now_ms) {
             return false;
         }
         self.supply(now_ms) <= self.demand.requests_over(RENEW_AHEAD_MS, now_ms)
@@ -303,8 +305,11 @@ impl Local {
 
     /// What to ask for: what a slice's usable life needs at the current rate less what the
     /// slices will still admit, in typical requests with their tokens (so every slice can
-    /// admit on its own).
-    fn want(&self, now_ms: u64) -> Amounts {
+    /// admit on its own). Without buckets, as much as one lease may carry: it takes nothing.
+    fn want(&self, now_ms: u64, free: bool) -> Amounts {
+        if free {
+            return Amounts { requests: MAX_WANT, ..Amounts::default() };
+        }
         let need = self.demand.requests_over(LEASE_TTL_MS - EXPIRY_MARGIN_MS, now_ms).clamp(MIN_WANT, MAX_WANT);
         self.demand.times(need.saturating_sub(self.supply(now_ms)).max(1))
     }
@@ -352,11 +357,12 @@ impl LeaseLedger {
             return Decision::default();
         }
         let admitted = local.take(limits, need);
-        let ask = local.wants_more(now_ms).then(|| {
+        let free = !limits.has_buckets();
+        let ask = local.wants_more(now_ms, free).then(|| {
             let id = format!("{}.{}", self.prefix, self.next_id);
             self.next_id += 1;
             local.asking = Some((id.clone(), now_ms));
-            LeaseAsk { id, want: local.want(now_ms) }
+            LeaseAsk { id, want: local.want(now_ms, free) }
         });
         Decision { local: admitted, ask }
     }

@@ -60,3 +60,41 @@ fn a_credential_that_is_not_bound_is_reported_as_the_deployments_fault() {
         "{breaker}"
     );
 }
+
+fn limiter_calls(s: &Stack, deployment: &str) -> u64 {
+    let v = request("GET", &s.url("/admin/status"), Some("dev-admin-token"), None).json();
+    let calls = &v["deployments"][deployment]["limiter"]["calls"];
+    ["admit", "settle", "lease", "report", "release"].iter().map(|op| calls[op].as_u64().unwrap_or(0)).sum()
+}
+
+#[test]
+fn a_deployment_without_limits_has_a_breaker_that_costs_no_round_trip_while_healthy() {
+    let s = stack();
+    let n = 40;
+    for i in 0..n {
+        let r = post(&s.url("/v1/chat/completions"), KEY, &hello("plain-flaky"));
+        assert_eq!(r.header("x-gateway-deployment"), Some("oa-plain-flaky"), "request {i}: {}", r.body);
+    }
+    // The first request asks the object and brings a lease back; a slice lives 3 s, so a slow
+    // machine may need one renewal and its hand-back per 3 s: still far from one per request.
+    let calls = limiter_calls(s, "oa-plain-flaky");
+    eprintln!("limiter messages for {n} healthy requests without limits: {calls}");
+    assert!((1..=8).contains(&calls), "{calls} limiter messages for {n} healthy requests");
+
+    // Now the vendor fails every call: the default breaker (5 consecutive failures) opens.
+    let script = json!({"model": "e2e-plain-flaky", "fault": "status=500", "times": 10});
+    ureq::post(&format!("{}/_mock/faults", s.mock)).send_string(&script.to_string()).expect("script");
+    let before = s.mock_calls("e2e-plain-flaky");
+    for i in 0..10 {
+        let r = post(&s.url("/v1/chat/completions"), KEY, &hello("plain-flaky"));
+        assert_eq!(r.status, 200, "request {i}: the backup serves: {}", r.body);
+        assert_eq!(r.header("x-gateway-deployment"), Some("oa-plain-backup"));
+        let tried = s.upstream_calls(&r).len();
+        assert_eq!(tried, if i < 5 { 2 } else { 1 }, "request {i}: skipped without a call once open");
+    }
+    let clear = json!({"model": "e2e-plain-flaky", "fault": null});
+    ureq::post(&format!("{}/_mock/faults", s.mock)).send_string(&clear.to_string()).expect("clear");
+    assert_eq!(s.mock_calls("e2e-plain-flaky") - before, 5, "five failures, then no call");
+    let breaker = breaker_of(s, "oa-plain-flaky");
+    assert_eq!((breaker["state"].as_str(), breaker["reason"].as_str()), (Some("open"), Some("failures")), "{breaker}");
+}
