@@ -22,6 +22,7 @@ use crate::pipeline::plan::{deadline_error, Candidate, IsolateRetryBudgets, Plan
 use crate::pipeline::report;
 use crate::pipeline::step::VendorStep;
 use crate::pipeline::stream::{self, AfterStream, StreamAttempt};
+use crate::pipeline::timeouts::AttemptClock;
 use crate::pipeline::upstream::{self, UpstreamResponse};
 use crate::providers::{self, ErrorClass, UpstreamError};
 use crate::support::clock::now_ms;
@@ -230,18 +231,15 @@ impl<'a> Driver<'a> {
         started_ms: u64,
     ) -> Result<Response, UpstreamError> {
         let deployment = self.trip.chain[index].1;
-        let budget_ms = self.planner.deadline_ms().saturating_sub(started_ms);
-        let timeouts = &deployment.timeouts;
-        let headers_timeout =
-            if self.trip.stream { timeouts.connect_ms + timeouts.first_token_ms } else { timeouts.total_ms };
-        let sent = upstream::send(call, &self.trip.rc.request_id, headers_timeout.min(budget_ms)).await;
+        let clock = AttemptClock::new(started_ms, deployment.timeouts, self.planner.deadline_ms());
+        let sent = upstream::send(call, &self.trip.rc.request_id, clock.headers(self.trip.stream, now_ms())).await;
         match sent {
             Ok(up) if (200..300).contains(&up.status) && self.trip.stream => {
-                self.relay_stream(index, up, admission, started_ms).await
+                self.relay_stream(index, up, admission, clock).await
             }
-            Ok(up) if (200..300).contains(&up.status) => self.relay_json(index, up, admission, started_ms).await,
+            Ok(up) if (200..300).contains(&up.status) => self.relay_json(index, up, admission, clock).await,
             Ok(mut up) => {
-                let body = upstream::read_body(&mut up, timeouts.total_ms.min(budget_ms)).await.unwrap_or_default();
+                let body = upstream::read_body(&mut up, clock.body(now_ms())).await.unwrap_or_default();
                 let retry_after = upstream::header(&up, "retry-after");
                 let err = providers::classify(deployment.provider, up.status, retry_after.as_deref(), &body);
                 let signals = signals_of(&up, err.retry_after_ms);
@@ -266,10 +264,11 @@ impl<'a> Driver<'a> {
         index: usize,
         mut up: UpstreamResponse,
         admission: Admission,
-        started_ms: u64,
+        clock: AttemptClock,
     ) -> Result<Response, UpstreamError> {
         let (id, deployment) = self.trip.chain[index];
-        let translated = match upstream::read_body(&mut up, deployment.timeouts.total_ms).await {
+        let started_ms = clock.sent_ms();
+        let translated = match upstream::read_body(&mut up, clock.body(now_ms())).await {
             Ok(body) => self.step.translate(deployment, &body, now_ms()),
             Err(e) => Err(e),
         };
@@ -300,11 +299,11 @@ impl<'a> Driver<'a> {
         index: usize,
         up: UpstreamResponse,
         admission: Admission,
-        started_ms: u64,
+        clock: AttemptClock,
     ) -> Result<Response, UpstreamError> {
         let (id, deployment) = self.trip.chain[index];
         let scopes = self.scopes.clone();
-        let attempt = StreamAttempt { id, deployment, started_ms, admission, scopes };
+        let attempt = StreamAttempt { id, deployment, clock, admission, scopes };
         let after = AfterStream {
             outcome: self.trip.outcome.clone(),
             cache_store: self.cache_store(),

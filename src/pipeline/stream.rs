@@ -1,5 +1,6 @@
 //! A streamed answer: read upstream until the client's first bytes exist (a failure before then
-//! may still fall back), then relay chunk by chunk with an idle timeout. When the stream ends,
+//! may still fall back; one first-token deadline however many keep-alives come), then relay
+//! chunk by chunk within the idle and total bounds. When the stream ends,
 //! in `ctx.wait_until`: settle with the limiters, store the answer in the cache if it may be
 //! kept, and send the usage event. A stream cut part-way ends with a well-formed error event and
 //! its usage event carries the error code.
@@ -13,6 +14,7 @@ use crate::limits::admission::{self, Admission, Scopes};
 use crate::pipeline::attempt::{settle_failure, signals_of};
 use crate::pipeline::report;
 use crate::pipeline::step::ClientStream;
+use crate::pipeline::timeouts::AttemptClock;
 use crate::pipeline::upstream::{self, AbortHandle, UpstreamResponse};
 use crate::providers::{ErrorClass, StreamEnd, UpstreamError};
 use crate::support::clock::now_ms;
@@ -26,7 +28,7 @@ use worker::{ByteStream, Context, Env};
 pub struct StreamAttempt<'a> {
     pub id: &'a str,
     pub deployment: &'a Deployment,
-    pub started_ms: u64,
+    pub clock: AttemptClock,
     pub admission: Admission,
     pub scopes: Scopes,
 }
@@ -52,8 +54,9 @@ pub async fn start(
         Err(e) => return early(e, attempt.admission, signals).await,
     };
     let mut first = Vec::new();
+    // One deadline for the first content: keep-alives and role-only chunks do not extend it.
     while !translator.emitted_any() {
-        let failure = match upstream::next_chunk(&mut body, attempt.deployment.timeouts.first_token_ms).await {
+        let failure = match upstream::next_chunk(&mut body, attempt.clock.first_token(now_ms())).await {
             Ok(Some(bytes)) => translator.feed(&bytes, &mut first),
             Ok(None) => Some(UpstreamError::empty_response(up.status, "upstream stream ended before any content")),
             Err(e) => Some(e),
@@ -71,11 +74,11 @@ pub async fn start(
         a.feed(&first);
         a
     });
-    let idle_ms = attempt.deployment.timeouts.idle_ms;
+    let clock = attempt.clock;
     let settlement = Settlement {
         deployment_id: attempt.id.to_string(),
         deployment: attempt.deployment.clone(),
-        started_ms: attempt.started_ms,
+        started_ms: clock.sent_ms(),
         first_byte_ms,
         admission: attempt.admission,
         scopes: attempt.scopes,
@@ -87,7 +90,7 @@ pub async fn start(
     Ok(LiveStream {
         body,
         translator,
-        idle_ms,
+        clock,
         pending: Some(first),
         finished: false,
         report: Some(tx),
@@ -161,7 +164,7 @@ struct StreamReport {
 pub struct LiveStream {
     body: ByteStream,
     translator: Box<dyn ClientStream>,
-    idle_ms: u64,
+    clock: AttemptClock,
     pending: Option<Vec<u8>>,
     finished: bool,
     report: Option<oneshot::Sender<StreamReport>>,
@@ -196,7 +199,7 @@ impl LiveStream {
         }
         while !self.finished {
             let mut out = Vec::new();
-            match upstream::next_chunk(&mut self.body, self.idle_ms).await {
+            match upstream::next_chunk(&mut self.body, self.clock.next_chunk(now_ms())).await {
                 Ok(Some(bytes)) => {
                     let failed = self.translator.feed(&bytes, &mut out);
                     self.assemble(&out);

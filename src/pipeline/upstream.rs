@@ -1,5 +1,7 @@
-//! Fetching from a vendor with real timeouts: a timed-out attempt aborts its fetch.
+//! Fetching from a vendor with real timeouts: a timed-out attempt aborts its fetch. How long
+//! each wait may last comes from the attempt's clock (`pipeline::timeouts`).
 
+use crate::pipeline::timeouts::Wait;
 use crate::providers::{ErrorClass, UpstreamCall, UpstreamError};
 use futures::future::{select, Either};
 use std::time::Duration;
@@ -33,12 +35,8 @@ fn failure(class: ErrorClass, message: String) -> UpstreamError {
 /// other vendors ignore it), so a request can be traced across the gateway's and the vendor's logs.
 pub const CORRELATION_HEADER: &str = "x-client-request-id";
 
-/// Sends the call; fails with `Timeout` if no response headers arrive within `headers_timeout_ms`.
-pub async fn send(
-    call: &UpstreamCall,
-    request_id: &str,
-    headers_timeout_ms: u64,
-) -> Result<UpstreamResponse, UpstreamError> {
+/// Sends the call; fails with the wait's expiry if no response headers arrive within it.
+pub async fn send(call: &UpstreamCall, request_id: &str, wait: Wait) -> Result<UpstreamResponse, UpstreamError> {
     let headers = Headers::new();
     let _ = headers.set(CORRELATION_HEADER, request_id);
     for (name, value) in &call.headers {
@@ -54,7 +52,7 @@ pub async fn send(
     let signal = abort.signal();
     let fetch = Fetch::Request(request);
     let sending = Box::pin(fetch.send_with_signal(&signal));
-    let timer = Box::pin(Delay::from(Duration::from_millis(headers_timeout_ms)));
+    let timer = Box::pin(Delay::from(Duration::from_millis(wait.ms)));
     let raced = select(sending, timer).await;
     match raced {
         Either::Left((Ok(response), _)) => {
@@ -64,21 +62,22 @@ pub async fn send(
         Either::Left((Err(e), _)) => Err(failure(ErrorClass::Connection, format!("upstream connection failed: {e}"))),
         Either::Right(_) => {
             abort.abort();
-            Err(failure(ErrorClass::Timeout, format!("no response from upstream within {headers_timeout_ms} ms")))
+            Err(wait.expired())
         }
     }
 }
 
-/// Reads a whole body, giving up (and aborting) after `timeout_ms`.
-pub async fn read_body(upstream: &mut UpstreamResponse, timeout_ms: u64) -> Result<Vec<u8>, UpstreamError> {
+/// Reads a whole body, giving up (and aborting) when the wait runs out.
+pub async fn read_body(upstream: &mut UpstreamResponse, wait: Wait) -> Result<Vec<u8>, UpstreamError> {
     let reading = Box::pin(upstream.response.bytes());
-    let timer = Box::pin(Delay::from(Duration::from_millis(timeout_ms)));
+    let timer = Box::pin(Delay::from(Duration::from_millis(wait.ms)));
     let raced = select(reading, timer).await;
     match raced {
         Either::Left((Ok(body), _)) => Ok(body),
         Either::Left((Err(e), _)) => Err(failure(ErrorClass::Connection, format!("reading upstream body failed: {e}"))),
         Either::Right(_) => {
-            Err(failure(ErrorClass::Timeout, format!("upstream body not complete within {timeout_ms} ms")))
+            upstream.abort.abort();
+            Err(wait.expired())
         }
     }
 }
@@ -87,17 +86,17 @@ pub fn body_stream(upstream: &mut UpstreamResponse) -> Result<ByteStream, Upstre
     upstream.response.stream().map_err(|e| failure(ErrorClass::Connection, format!("upstream body unreadable: {e}")))
 }
 
-/// The next chunk of a streamed body, or a timeout after `timeout_ms` of silence.
-pub async fn next_chunk(stream: &mut ByteStream, timeout_ms: u64) -> Result<Option<Vec<u8>>, UpstreamError> {
+/// The next chunk of a streamed body, or the wait's expiry.
+pub async fn next_chunk(stream: &mut ByteStream, wait: Wait) -> Result<Option<Vec<u8>>, UpstreamError> {
     use futures::StreamExt;
     let next = stream.next();
-    let timer = Box::pin(Delay::from(Duration::from_millis(timeout_ms)));
+    let timer = Box::pin(Delay::from(Duration::from_millis(wait.ms)));
     let raced = select(next, timer).await;
     match raced {
         Either::Left((Some(Ok(bytes)), _)) => Ok(Some(bytes)),
         Either::Left((Some(Err(e)), _)) => Err(failure(ErrorClass::Connection, format!("upstream stream broke: {e}"))),
         Either::Left((None, _)) => Ok(None),
-        Either::Right(_) => Err(failure(ErrorClass::Timeout, format!("upstream sent nothing for {timeout_ms} ms"))),
+        Either::Right(_) => Err(wait.expired()),
     }
 }
 

@@ -23,6 +23,9 @@ pub enum ErrorClass {
     ContentFilter,
     /// The deployment's model or URL does not exist at the vendor: a route-table problem.
     NotFound,
+    /// The request's own deadline or the attempt's total bound passed: not the deployment's
+    /// failure, and too late to try elsewhere.
+    DeadlineExceeded,
 }
 
 impl ErrorClass {
@@ -73,6 +76,7 @@ impl ErrorClass {
             ErrorClass::Auth => "auth",
             ErrorClass::ContentFilter => "content_filter",
             ErrorClass::NotFound => "not_found",
+            ErrorClass::DeadlineExceeded => "deadline_exceeded",
         }
     }
 }
@@ -199,6 +203,12 @@ impl UpstreamError {
                 codes::UPSTREAM_MODEL_NOT_FOUND,
                 "The upstream provider does not know the model this gateway routes to.",
             ),
+            ErrorClass::DeadlineExceeded => ApiError::new(
+                504,
+                "upstream_error",
+                codes::UPSTREAM_TIMEOUT,
+                format!("The request ran out of time: {}.", self.message),
+            ),
         };
         match self.retry_after_ms {
             Some(ms) if self.class.retryable() || self.class == ErrorClass::QuotaExhausted => {
@@ -215,6 +225,7 @@ impl UpstreamError {
     pub fn to_stream_api_error(&self) -> ApiError {
         let what = match self.class {
             ErrorClass::Timeout => "no data arrived within the idle timeout",
+            ErrorClass::DeadlineExceeded => "the stream reached its time limit (total_ms)",
             ErrorClass::Connection => "the upstream stream broke off before it was complete",
             _ => return self.to_api_error(),
         };

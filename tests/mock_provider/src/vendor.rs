@@ -143,6 +143,7 @@ fn shape(api: Api, mut resp: Response, faults: &Faults) -> Response {
         cut_after: faults.get(Key::CutAfter),
         stall_after: faults.get(Key::StallAfter),
         error_after: faults.get(Key::ErrorAfter),
+        ping_ms: faults.get(Key::PingMs),
     };
     resp
 }
