@@ -123,7 +123,13 @@ struct Settlement {
 impl Settlement {
     /// After the last byte (or the client leaving): cache, limiter settles, usage event.
     async fn run(self, rx: oneshot::Receiver<StreamReport>) {
-        let report = rx.await.unwrap_or(StreamReport { usage: None, error: None, disconnected: true, assembled: None });
+        let report = rx.await.unwrap_or(StreamReport {
+            usage: None,
+            usage_estimated: false,
+            error: None,
+            disconnected: true,
+            assembled: None,
+        });
         let AfterStream { mut outcome, cache_store, env } = self.after;
         if let (Some(body), Some((key, ttl_s))) = (report.assembled.clone(), cache_store) {
             if serde_json::from_str::<serde_json::Value>(&body).is_ok_and(|v| policy::storable(&v)) {
@@ -133,6 +139,7 @@ impl Settlement {
         }
         let (id, dep) = (&self.deployment_id, &self.deployment);
         let mut record = Attempt::succeeded(id, dep, report.usage, self.started_ms, now_ms(), Some(self.first_byte_ms));
+        record.usage_estimated = report.usage_estimated;
         let class = report.error.as_ref().map(|e| e.class);
         if report.disconnected {
             record.status = 499;
@@ -154,6 +161,7 @@ impl Settlement {
 
 struct StreamReport {
     usage: Option<Usage>,
+    usage_estimated: bool,
     error: Option<UpstreamError>,
     disconnected: bool,
     /// The answer rebuilt for the cache, when the stream completed cleanly.
@@ -177,8 +185,13 @@ impl LiveStream {
         self.finished = true;
         let assembled = if error.is_none() { self.assembler.take().and_then(StreamAssembler::finish) } else { None };
         if let Some(tx) = self.report.take() {
-            let _ = tx.send(StreamReport { usage: self.translator.usage(), error, disconnected: false, assembled });
+            let _ = tx.send(self.report_with(error, false, assembled));
         }
+    }
+
+    fn report_with(&self, error: Option<UpstreamError>, disconnected: bool, assembled: Option<String>) -> StreamReport {
+        let (usage, usage_estimated) = (self.translator.usage(), self.translator.usage_estimated());
+        StreamReport { usage, usage_estimated, error, disconnected, assembled }
     }
 
     fn assemble(&mut self, out: &[u8]) {
@@ -245,8 +258,7 @@ impl Drop for LiveStream {
     fn drop(&mut self) {
         if let Some(tx) = self.report.take() {
             self.abort.abort();
-            let usage = self.translator.usage();
-            let _ = tx.send(StreamReport { usage, error: None, disconnected: true, assembled: None });
+            let _ = tx.send(self.report_with(None, true, None));
         }
     }
 }
