@@ -5,6 +5,7 @@ use crate::auth::context::RequestContext;
 use crate::cache;
 use crate::cache::policy::CachedAnswer;
 use crate::cache::store::CacheUse;
+use crate::cache::AnswerFormat;
 use crate::canonical::ChatRequest;
 use crate::config::routes::{Api, Deployment};
 use crate::endpoints::route;
@@ -76,8 +77,8 @@ impl VendorStep for ChatStep<'_> {
         Box::new(StreamTranslator::new(deployment, self.chat.wants_usage(), now_ms / 1000))
     }
 
-    fn cacheable(&self) -> bool {
-        true
+    fn cache_format(&self) -> Option<AnswerFormat> {
+        Some(AnswerFormat::ChatCompletion)
     }
 }
 
@@ -102,10 +103,6 @@ fn serve_cached(
     } else {
         io::json_response(200, answer.body.clone().into_bytes())?
     };
-    let headers = response.headers_mut();
-    let _ = headers.set("x-gateway-cache", "hit");
-    let _ = headers.set("age", &answer.age_s(now).to_string());
-    let _ = headers.set("x-gateway-deployment", &answer.deployment);
-    let _ = headers.set("x-gateway-attempts", "0");
+    CacheUse::mark_hit(&mut response, &answer, now);
     Ok(response)
 }

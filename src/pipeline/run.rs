@@ -4,8 +4,7 @@
 //! event and one decision-log line however it ends.
 
 use crate::auth::context::RequestContext;
-use crate::cache::policy::{self, CachedAnswer};
-use crate::cache::store::CacheUse;
+use crate::cache::store::{CacheSlot, CacheUse};
 use crate::config::routes::{Deployment, LogicalModel};
 use crate::http::codes;
 use crate::http::error::ApiError;
@@ -254,9 +253,8 @@ impl<'a> Driver<'a> {
     }
 
     /// Where the cache keeps this request's answer, if it may.
-    fn cache_store(&self) -> Option<(String, u32)> {
-        let cache = self.trip.cache.filter(|_| self.step.cacheable())?;
-        cache.key.clone().zip(cache.decision.store_ttl_s())
+    fn cache_store(&self) -> Option<CacheSlot> {
+        self.trip.cache?.slot(self.step.cache_format()?)
     }
 
     async fn relay_json(
@@ -285,10 +283,9 @@ impl<'a> Driver<'a> {
         self.scopes.settle(self.ctx, usage);
         let record = Attempt::succeeded(id, deployment, answer.usage, started_ms, now_ms(), None);
         self.trip.outcome.attempts.push(record);
-        if let Some((key, ttl_s)) = self.cache_store() {
-            if serde_json::from_str::<serde_json::Value>(&answer.body).is_ok_and(|v| policy::storable(&v)) {
-                let cached = CachedAnswer::new(answer.body.clone(), answer.usage, id.to_string(), now_ms(), ttl_s);
-                self.ctx.wait_until(CacheUse::store(key, cached, self.trip.rc.env.clone()));
+        if let Some(slot) = self.cache_store() {
+            if let Some(cached) = slot.entry(&answer.body, answer.usage, id, now_ms()) {
+                self.ctx.wait_until(CacheUse::store(slot.key, cached, self.trip.rc.env.clone()));
             }
         }
         io::json_response(200, answer.body.into_bytes()).map_err(|e| internal(e.message))

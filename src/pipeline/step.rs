@@ -6,6 +6,7 @@
 //! pass the body through (model name spliced) instead of parsing it; the driver never looks
 //! inside a body.
 
+use crate::cache::AnswerFormat;
 use crate::canonical::usage::Usage;
 use crate::config::routes::Deployment;
 use crate::http::error::ApiError;
@@ -30,9 +31,9 @@ pub trait VendorStep {
     /// A translator for a streamed answer from `deployment`.
     fn stream(&self, deployment: &Deployment, now_ms: u64) -> Box<dyn ClientStream>;
 
-    /// Whether a complete answer may be kept by the response cache (only formats it can replay).
-    fn cacheable(&self) -> bool {
-        false
+    /// The format the response cache keeps this step's answers in (only formats it can replay).
+    fn cache_format(&self) -> Option<AnswerFormat> {
+        None
     }
 }
 

@@ -5,9 +5,8 @@
 //! kept, and send the usage event. A stream cut part-way ends with a well-formed error event and
 //! its usage event carries the error code.
 
-use crate::cache::assembly::StreamAssembler;
-use crate::cache::policy::{self, CachedAnswer};
-use crate::cache::store::CacheUse;
+use crate::cache::assembly::Assembler;
+use crate::cache::store::{CacheSlot, CacheUse};
 use crate::canonical::usage::Usage;
 use crate::config::routes::Deployment;
 use crate::limits::admission::{self, Admission, Scopes};
@@ -36,7 +35,7 @@ pub struct StreamAttempt<'a> {
 /// What happens after the stream: its record and, when the cache may keep it, where.
 pub struct AfterStream {
     pub outcome: RequestOutcome,
-    pub cache_store: Option<(String, u32)>,
+    pub cache_store: Option<CacheSlot>,
     pub env: Env,
 }
 
@@ -69,8 +68,8 @@ pub async fn start(
     let first_byte_ms = now_ms();
     let (tx, rx) = oneshot::channel::<StreamReport>();
     // Only a stream the cache may keep is rebuilt into a completion as it passes.
-    let assembler = after.cache_store.as_ref().map(|_| {
-        let mut a = StreamAssembler::new();
+    let assembler = after.cache_store.as_ref().map(|slot| {
+        let mut a = Assembler::new(slot.format);
         a.feed(&first);
         a
     });
@@ -131,10 +130,9 @@ impl Settlement {
             assembled: None,
         });
         let AfterStream { mut outcome, cache_store, env } = self.after;
-        if let (Some(body), Some((key, ttl_s))) = (report.assembled.clone(), cache_store) {
-            if serde_json::from_str::<serde_json::Value>(&body).is_ok_and(|v| policy::storable(&v)) {
-                let answer = CachedAnswer::new(body, report.usage, self.deployment_id.clone(), now_ms(), ttl_s);
-                CacheUse::store(key, answer, env.clone()).await;
+        if let (Some(body), Some(slot)) = (report.assembled.as_deref(), cache_store) {
+            if let Some(answer) = slot.entry(body, report.usage, &self.deployment_id, now_ms()) {
+                CacheUse::store(slot.key, answer, env.clone()).await;
             }
         }
         let (id, dep) = (&self.deployment_id, &self.deployment);
@@ -177,13 +175,13 @@ pub struct LiveStream {
     finished: bool,
     report: Option<oneshot::Sender<StreamReport>>,
     abort: AbortHandle,
-    assembler: Option<StreamAssembler>,
+    assembler: Option<Assembler>,
 }
 
 impl LiveStream {
     fn end(&mut self, error: Option<UpstreamError>) {
         self.finished = true;
-        let assembled = if error.is_none() { self.assembler.take().and_then(StreamAssembler::finish) } else { None };
+        let assembled = if error.is_none() { self.assembler.take().and_then(Assembler::finish) } else { None };
         if let Some(tx) = self.report.take() {
             let _ = tx.send(self.report_with(error, false, assembled));
         }

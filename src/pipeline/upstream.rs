@@ -39,6 +39,8 @@ pub const CORRELATION_HEADER: &str = "x-client-request-id";
 pub async fn send(call: &UpstreamCall, request_id: &str, wait: Wait) -> Result<UpstreamResponse, UpstreamError> {
     let headers = Headers::new();
     let _ = headers.set(CORRELATION_HEADER, request_id);
+    // Vendors compress only when asked; the runtime's fetch decodes gzip, so usage stays readable.
+    let _ = headers.set("accept-encoding", "gzip");
     for (name, value) in &call.headers {
         headers
             .set(name, value)

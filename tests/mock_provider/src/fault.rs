@@ -29,6 +29,7 @@ pub enum Key {
     Cached,
     CacheWrite,
     Reasoning,
+    Gzip,
 }
 
 enum Kind {
@@ -65,6 +66,8 @@ const KEYS: &[(&str, Key, Kind)] = &[
     ("cached", Key::Cached, ANY),
     ("cache_write", Key::CacheWrite, ANY),
     ("reasoning", Key::Reasoning, ANY),
+    // Answers gzip-encoded when the request's Accept-Encoding allows it, as real vendors do.
+    ("gzip", Key::Gzip, Kind::Flag),
 ];
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

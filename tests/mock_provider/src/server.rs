@@ -60,6 +60,13 @@ fn send(w: &mut TcpStream, resp: Response, keep_alive: bool) -> std::io::Result<
     sse::pause(t.delay_first_ms);
     match &resp.body {
         Body::Full { content_type, bytes } => {
+            let encoded;
+            let bytes = if resp.gzip {
+                encoded = sse::gzip(bytes)?;
+                &encoded
+            } else {
+                bytes
+            };
             let mut out = http::head(&resp, content_type, Some(bytes.len()), keep_alive);
             if t.delay_ms > 0 {
                 w.write_all(&out)?;
@@ -73,7 +80,7 @@ fn send(w: &mut TcpStream, resp: Response, keep_alive: bool) -> std::io::Result<
         }
         Body::Sse(events) => {
             w.write_all(&http::head(&resp, "text/event-stream", None, keep_alive))?;
-            sse::stream(w, events, &t)
+            sse::stream(w, events, &t, resp.gzip)
         }
     }
 }

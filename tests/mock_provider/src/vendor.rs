@@ -49,7 +49,7 @@ pub fn respond(api: Api, call: &Call, endpoint: impl FnOnce(&Call, &Faults) -> R
         Err(e) => invalid(api, call, &format!("mock-provider: bad fault spec: {e}")),
         Ok(faults) => {
             let resp = run(api, call, &faults, endpoint);
-            shape(api, resp, &faults)
+            shape(api, call, resp, &faults)
         }
     };
     let id_header = match api {
@@ -111,8 +111,14 @@ pub fn invalid(api: Api, call: &Call, message: &str) -> Response {
     }
 }
 
+fn accepts_gzip(req: &Request) -> bool {
+    req.header("accept-encoding").is_some_and(|v| {
+        v.split(',').any(|c| c.split(';').next().is_some_and(|name| name.trim().eq_ignore_ascii_case("gzip")))
+    })
+}
+
 /// Applies body faults to successes, rate-limit/retry headers and timing.
-fn shape(api: Api, mut resp: Response, faults: &Faults) -> Response {
+fn shape(api: Api, call: &Call, mut resp: Response, faults: &Faults) -> Response {
     if resp.status == 200 {
         if faults.has(Key::Empty) {
             let content_type = match &resp.body {
@@ -137,6 +143,7 @@ fn shape(api: Api, mut resp: Response, faults: &Faults) -> Response {
     if let Some(secs) = ratelimit::retry_after_secs(faults, resp.status) {
         resp.headers.push(("retry-after".into(), secs.to_string()));
     }
+    resp.gzip = faults.has(Key::Gzip) && accepts_gzip(call.req);
     resp.timing = Timing {
         delay_first_ms: faults.get(Key::DelayFirstMs).unwrap_or(0),
         delay_ms: faults.get(Key::DelayMs).unwrap_or(0),
@@ -168,6 +175,19 @@ mod tests {
 
     fn header<'r>(resp: &'r Response, name: &str) -> Option<&'r str> {
         resp.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+
+    #[test]
+    fn gzip_only_when_the_request_accepts_it() {
+        for (accept, expected) in
+            [(Some("gzip, deflate, br"), true), (Some("br;q=1, GZIP;q=0.5"), true), (Some("br"), false), (None, false)]
+        {
+            let mut headers = vec![("authorization", "Bearer k")];
+            headers.extend(accept.map(|a| ("accept-encoding", a)));
+            let req = request(&headers);
+            let call = Call::new(&req, json!({"model": "gpt+gzip"}), 1, None);
+            assert_eq!(respond(Api::OpenAi, &call, ok).gzip, expected, "{accept:?}");
+        }
     }
 
     #[test]
