@@ -84,6 +84,17 @@ fn a_breaker_only_deployment_leases_from_the_first_request_and_then_admits_local
 }
 
 #[test]
+fn a_fault_found_locally_is_reported_once_per_quiet_time() {
+    let mut c = LeaseLedger::new("iso");
+    assert!(c.report_fault(DEP, T0), "the first finding is told");
+    assert!(!c.report_fault(DEP, T0 + 10), "then the isolate knows");
+    assert!(!c.report_fault(DEP, T0 + MAX_QUIET_MS - 1));
+    assert!(c.report_fault(DEP, T0 + MAX_QUIET_MS), "and tells again after the quiet time");
+    let d = c.admit(DEP, &Limits::default(), need(1), T0 + MAX_QUIET_MS + 1);
+    assert_eq!((d.local, d.ask), (None, None), "no lease is asked for while it is known faulty");
+}
+
+#[test]
 fn a_slow_trickle_never_leases() {
     let mut c = LeaseLedger::new("iso");
     for i in 0..20 {
