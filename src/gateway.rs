@@ -38,7 +38,7 @@ pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
     }
     let result = match (method.clone(), path.as_str()) {
         (Method::Get, "/admin/status") => admin::status(&req, &env, started_ms).await,
-        (Method::Get, "/healthz") => http::io::json_response(200, br#"{"status":"ok"}"#.to_vec()),
+        (Method::Get, "/healthz") => endpoints::health::healthz(&env, started_ms).await,
         (Method::Get, "/v1/models") => match auth::authenticate(&req, &env, &request_id, started_ms).await {
             Ok(rc) => endpoints::models::list(&rc, &env).await,
             Err(e) => Err(e),

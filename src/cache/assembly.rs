@@ -78,7 +78,7 @@ impl StreamAssembler {
             self.done = true;
             return;
         }
-        let Ok(chunk) = serde_json::from_str::<Value>(data) else {
+        let Ok(chunk) = crate::support::lone_surrogates::parse::<Value>(data, "relayed chunk") else {
             self.broken = true;
             return;
         };

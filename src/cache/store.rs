@@ -47,7 +47,7 @@ impl CacheUse {
             temperature: chat.temperature,
             text: &text,
             cache_control: rc.cache_control.as_deref(),
-            ttl_header: rc.cache_ttl.as_deref(),
+            ttl_s: rc.cache_ttl_s,
         };
         Self::keyed(policy, &facts, || {
             serde_json::from_slice::<Value>(body).ok().map(|v| cache_key(&rc.key.tenant, route, &v))
@@ -65,7 +65,7 @@ impl CacheUse {
             temperature: body.get("temperature").and_then(Value::as_f64),
             text: &text,
             cache_control: rc.cache_control.as_deref(),
-            ttl_header: rc.cache_ttl.as_deref(),
+            ttl_s: rc.cache_ttl_s,
         };
         Self::keyed(policy, &facts, || Some(cache_key(&rc.key.tenant, route, body)))
     }

@@ -105,7 +105,8 @@ async fn handle(
     let chain = table.chain(&logical, rc.random, rc.session_id.as_deref()).unwrap_or_default();
     // Agents ask for 32k output on every call: reserve what these deployments have lately returned.
     let expected = request.max_output.map(|max| output_history::estimate(&chain, Ingress::Messages, max));
-    let shape = RequestShape { text_chars: request.text_chars, messages: request.messages, max_output: expected };
+    let shape =
+        RequestShape { text_chars: request.text_chars, messages: request.messages, max_output: expected, choices: 1 };
     if call == MessagesCall::CountTokens && !chain.iter().any(|(_, d)| d.provider == ProviderKind::Anthropic) {
         // No vendor to ask: the gateway's own estimate, the same one its limiter reserves.
         let tokens = estimate::estimate(shape.text_chars, shape.messages, Some(0), None).input;

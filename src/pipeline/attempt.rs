@@ -8,19 +8,14 @@ use crate::pipeline::upstream::{self, UpstreamResponse};
 use crate::providers::rate_headers;
 use crate::providers::UpstreamError;
 use crate::support::clock::now_ms;
-use crate::usage::estimate::{self, TokenEstimate};
+use crate::usage::estimate::{RequestShape, TokenEstimate};
 use limiter::protocol::{TokenUsage, UpstreamSignals};
 use worker::{Env, Response};
 
 /// The token estimate a request reserves with its key and tenant, before a deployment is
 /// chosen: the largest of its chain's (whose output defaults may differ).
-pub fn scope_estimate(
-    text_chars: usize,
-    messages: usize,
-    max_output: Option<u64>,
-    chain: &[(&str, &Deployment)],
-) -> TokenEstimate {
-    let each = |default: Option<u32>| estimate::estimate(text_chars, messages, max_output, default);
+pub fn scope_estimate(shape: &RequestShape, chain: &[(&str, &Deployment)]) -> TokenEstimate {
+    let each = |default: Option<u32>| shape.estimate(default);
     chain.iter().map(|(_, d)| each(d.default_max_tokens)).max_by_key(|e| e.output).unwrap_or_else(|| each(None))
 }
 

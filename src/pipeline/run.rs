@@ -12,6 +12,7 @@ use crate::http::io;
 use crate::limits::admission::{self, Admission, Admit, Scopes};
 use crate::limits::budget;
 use crate::limits::refusal::refusal_error;
+use crate::pipeline::answer_limit::AnswerLimit;
 use crate::pipeline::attempt::{
     credential, scope_estimate, set_remaining, settle_failure, signals_of, with_route_headers,
 };
@@ -25,7 +26,7 @@ use crate::pipeline::timeouts::AttemptClock;
 use crate::pipeline::upstream::{self, UpstreamResponse};
 use crate::providers::{self, ErrorClass, UpstreamError};
 use crate::support::clock::now_ms;
-use crate::usage::estimate::{self, TokenEstimate};
+use crate::usage::estimate::TokenEstimate;
 use crate::usage::record::RequestShape;
 use crate::usage::record::{Attempt, RequestOutcome};
 use limiter::protocol::{FaultReason, Outcome, TokenUsage, UpstreamSignals};
@@ -64,8 +65,7 @@ pub async fn run(trip: Trip<'_>, step: &dyn VendorStep, env: &Env, ctx: &Context
     let soft_budget = claim.as_ref().is_some_and(|c| c.soft_exceeded);
     trip.outcome.budget = claim;
     // Key, then tenant, before any deployment: released again if no deployment takes the request.
-    let RequestShape { text_chars, messages, max_output } = trip.shape;
-    let need = scope_estimate(text_chars, messages, max_output, &trip.chain);
+    let need = scope_estimate(&trip.shape, &trip.chain);
     let scopes = match admission::admit_scopes(env, ctx, rc, need).await {
         Ok(scopes) => scopes,
         Err(refused) => return Err(refuse(trip.outcome, refusal_error(&refused), ctx, env)),
@@ -123,12 +123,9 @@ impl<'a> Driver<'a> {
         scopes: Scopes,
         deadline_ms: u64,
     ) -> Self {
-        let RequestShape { text_chars, messages, max_output } = trip.shape;
-        let estimates: Vec<TokenEstimate> = trip
-            .chain
-            .iter()
-            .map(|(_, d)| estimate::estimate(text_chars, messages, max_output, d.default_max_tokens))
-            .collect();
+        let max_output = trip.shape.max_output;
+        let estimates: Vec<TokenEstimate> =
+            trip.chain.iter().map(|(_, d)| trip.shape.estimate(d.default_max_tokens)).collect();
         let credentials: Vec<Option<String>> = trip.chain.iter().map(|(_, d)| credential(env, &d.credential)).collect();
         let candidates = trip
             .chain
@@ -136,6 +133,7 @@ impl<'a> Driver<'a> {
             .zip(&estimates)
             .zip(&credentials)
             .map(|(((id, d), e), c)| {
+                // One choice's output is what must fit in the context window.
                 let needs = Needs { context_tokens: e.input + max_output.unwrap_or(0), ..trip.needs };
                 Candidate { id: id.to_string(), gate: gate::gate(&d.capabilities, &needs), has_credential: c.is_some() }
             })
@@ -238,7 +236,8 @@ impl<'a> Driver<'a> {
             }
             Ok(up) if (200..300).contains(&up.status) => self.relay_json(index, up, admission, clock).await,
             Ok(mut up) => {
-                let body = upstream::read_body(&mut up, clock.body(now_ms())).await.unwrap_or_default();
+                let limit = AnswerLimit::new(self.trip.model.max_answer_bytes);
+                let body = upstream::read_body(&mut up, clock.body(now_ms()), limit).await.unwrap_or_default();
                 let retry_after = upstream::header(&up, "retry-after");
                 let err = providers::classify(deployment.provider, up.status, retry_after.as_deref(), &body);
                 let signals = signals_of(&up, err.retry_after_ms);
@@ -266,7 +265,8 @@ impl<'a> Driver<'a> {
     ) -> Result<Response, UpstreamError> {
         let (id, deployment) = self.trip.chain[index];
         let started_ms = clock.sent_ms();
-        let translated = match upstream::read_body(&mut up, clock.body(now_ms())).await {
+        let limit = AnswerLimit::new(self.trip.model.max_answer_bytes);
+        let translated = match upstream::read_body(&mut up, clock.body(now_ms()), limit).await {
             Ok(body) => self.step.translate(deployment, &body, now_ms()),
             Err(e) => Err(e),
         };
@@ -300,7 +300,8 @@ impl<'a> Driver<'a> {
     ) -> Result<Response, UpstreamError> {
         let (id, deployment) = self.trip.chain[index];
         let scopes = self.scopes.clone();
-        let attempt = StreamAttempt { id, deployment, clock, admission, scopes };
+        let limit = AnswerLimit::new(self.trip.model.max_answer_bytes);
+        let attempt = StreamAttempt { id, deployment, clock, admission, scopes, limit };
         let after = AfterStream {
             outcome: self.trip.outcome.clone(),
             cache_store: self.cache_store(),

@@ -10,6 +10,7 @@ use crate::cache::store::{CacheSlot, CacheUse};
 use crate::canonical::usage::Usage;
 use crate::config::routes::Deployment;
 use crate::limits::admission::{self, Admission, Scopes};
+use crate::pipeline::answer_limit::AnswerLimit;
 use crate::pipeline::attempt::{settle_failure, signals_of};
 use crate::pipeline::report;
 use crate::pipeline::step::ClientStream;
@@ -30,6 +31,8 @@ pub struct StreamAttempt<'a> {
     pub clock: AttemptClock,
     pub admission: Admission,
     pub scopes: Scopes,
+    /// The route's bound on the whole stream's bytes.
+    pub limit: AnswerLimit,
 }
 
 /// What happens after the stream: its record and, when the cache may keep it, where.
@@ -53,10 +56,14 @@ pub async fn start(
         Err(e) => return early(e, attempt.admission, signals).await,
     };
     let mut first = Vec::new();
+    let mut limit = attempt.limit;
     // One deadline for the first content: keep-alives and role-only chunks do not extend it.
     while !translator.emitted_any() {
         let failure = match upstream::next_chunk(&mut body, attempt.clock.first_token(now_ms())).await {
-            Ok(Some(bytes)) => translator.feed(&bytes, &mut first),
+            Ok(Some(bytes)) => match limit.take(bytes.len()) {
+                Ok(()) => translator.feed(&bytes, &mut first),
+                Err(too_large) => Some(too_large),
+            },
             Ok(None) => Some(UpstreamError::empty_response(up.status, "upstream stream ended before any content")),
             Err(e) => Some(e),
         };
@@ -95,6 +102,7 @@ pub async fn start(
         report: Some(tx),
         abort,
         assembler,
+        limit,
     })
 }
 
@@ -176,6 +184,7 @@ pub struct LiveStream {
     report: Option<oneshot::Sender<StreamReport>>,
     abort: AbortHandle,
     assembler: Option<Assembler>,
+    limit: AnswerLimit,
 }
 
 impl LiveStream {
@@ -210,7 +219,13 @@ impl LiveStream {
         }
         while !self.finished {
             let mut out = Vec::new();
-            match upstream::next_chunk(&mut self.body, self.clock.next_chunk(now_ms())).await {
+            let next = upstream::next_chunk(&mut self.body, self.clock.next_chunk(now_ms())).await;
+            // Past the route's bound the rest is not read: ended like a broken stream.
+            let next = match next {
+                Ok(Some(bytes)) => self.limit.take(bytes.len()).map(|_| Some(bytes)),
+                other => other,
+            };
+            match next {
                 Ok(Some(bytes)) => {
                     let failed = self.translator.feed(&bytes, &mut out);
                     self.assemble(&out);

@@ -1,6 +1,7 @@
 //! Fetching from a vendor with real timeouts: a timed-out attempt aborts its fetch. How long
 //! each wait may last comes from the attempt's clock (`pipeline::timeouts`).
 
+use crate::pipeline::answer_limit::AnswerLimit;
 use crate::pipeline::timeouts::Wait;
 use crate::providers::{ErrorClass, UpstreamCall, UpstreamError};
 use futures::future::{select, Either};
@@ -69,19 +70,65 @@ pub async fn send(call: &UpstreamCall, request_id: &str, wait: Wait) -> Result<U
     }
 }
 
-/// Reads a whole body, giving up (and aborting) when the wait runs out.
-pub async fn read_body(upstream: &mut UpstreamResponse, wait: Wait) -> Result<Vec<u8>, UpstreamError> {
-    let reading = Box::pin(upstream.response.bytes());
-    let timer = Box::pin(Delay::from(Duration::from_millis(wait.ms)));
-    let raced = select(reading, timer).await;
-    match raced {
-        Either::Left((Ok(body), _)) => Ok(body),
-        Either::Left((Err(e), _)) => Err(failure(ErrorClass::Connection, format!("reading upstream body failed: {e}"))),
-        Either::Right(_) => {
+/// Reads a whole body within the route's `limit`, giving up (and aborting) when the wait runs out;
+/// a body over the limit is refused by its declared length when it has one, else cut off as it
+/// grows (and aborted).
+pub async fn read_body(
+    upstream: &mut UpstreamResponse,
+    wait: Wait,
+    limit: AnswerLimit,
+) -> Result<Vec<u8>, UpstreamError> {
+    let declared = header(upstream, "content-length").and_then(|v| v.trim().parse::<u64>().ok());
+    // The runtime decodes a compressed body: then its declared length bounds nothing.
+    let plain = header(upstream, "content-encoding").is_none_or(|e| e.trim().eq_ignore_ascii_case("identity"));
+    let known = declared.filter(|_| plain);
+    if let Some(Err(too_large)) = known.map(|n| limit.check_declared(n)) {
+        upstream.abort.abort();
+        return Err(too_large);
+    }
+    let read = if known.is_some() {
+        // Declared and within the limit: one read, as before the limit existed.
+        within(async { upstream.response.bytes().await.map_err(read_failed) }, wait.ms).await
+    } else {
+        within(read_capped(&mut upstream.response, limit), wait.ms).await
+    };
+    match read {
+        Some(Ok(body)) => Ok(body),
+        Some(Err(e)) => {
+            upstream.abort.abort();
+            Err(e)
+        }
+        None => {
             upstream.abort.abort();
             Err(wait.expired())
         }
     }
+}
+
+/// `work`'s output, or `None` once `timeout_ms` has passed.
+async fn within<T>(work: impl std::future::Future<Output = T>, timeout_ms: u64) -> Option<T> {
+    let timer = Box::pin(Delay::from(Duration::from_millis(timeout_ms)));
+    match select(Box::pin(work), timer).await {
+        Either::Left((out, _)) => Some(out),
+        Either::Right(_) => None,
+    }
+}
+
+fn read_failed(e: worker::Error) -> UpstreamError {
+    failure(ErrorClass::Connection, format!("reading upstream body failed: {e}"))
+}
+
+/// Reads chunk by chunk, counting each against `limit`.
+async fn read_capped(response: &mut Response, mut limit: AnswerLimit) -> Result<Vec<u8>, UpstreamError> {
+    use futures::StreamExt;
+    let mut stream = response.stream().map_err(read_failed)?;
+    let mut body = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(read_failed)?;
+        limit.take(chunk.len())?;
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }
 
 pub fn body_stream(upstream: &mut UpstreamResponse) -> Result<ByteStream, UpstreamError> {

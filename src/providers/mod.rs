@@ -252,7 +252,7 @@ fn read_json(body: &[u8]) -> Result<Value, UpstreamError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(UpstreamError::empty_response(200, "the upstream returned an empty body"));
     }
-    serde_json::from_slice(body)
+    crate::support::lone_surrogates::parse_slice(body, "vendor answer")
         .map_err(|e| UpstreamError::malformed(200, format!("the upstream returned a malformed body: {e}")))
 }
 
@@ -299,6 +299,23 @@ mod tests {
         let mut dep = deployment("openai");
         dep.auth = AuthScheme::Header { name: "api-key".into() };
         assert_eq!(headers(&dep, "k", &[])[1], ("api-key".to_string(), "k".to_string()));
+    }
+
+    #[test]
+    fn a_lone_surrogate_in_a_json_answer_is_replaced_not_a_502() {
+        let openai = br#"{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,
+            "message":{"role":"assistant","content":"Hi\ud800!"},"finish_reason":"stop"}],
+            "usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}"#;
+        let anthropic = br#"{"id":"m","type":"message","role":"assistant","model":"c","stop_reason":"end_turn",
+            "content":[{"type":"text","text":"Hi\ud800!"}],"usage":{"input_tokens":3,"output_tokens":2}}"#;
+        // OpenAI-format bodies pass through byte for byte: the escape reaches the client intact.
+        let got = translate_chat_response(&deployment("openai"), openai, 1).unwrap();
+        assert_eq!((got.body.as_bytes(), got.usage.map(|u| u.output)), (&openai[..], Some(2)));
+        // Translated answers cannot hold the lone half in a Rust string: U+FFFD takes its place.
+        let got = translate_chat_response(&deployment("anthropic"), anthropic, 1).unwrap();
+        let v: Value = serde_json::from_str(&got.body).unwrap();
+        assert_eq!(v["choices"][0]["message"]["content"], "Hi\u{fffd}!");
+        assert_eq!(got.usage.map(|u| u.output), Some(2));
     }
 
     #[test]

@@ -123,7 +123,10 @@ impl OpenaiStream {
             return Ok(());
         }
         // A client parses every data line as a JSON object; a cut or garbled event would break it.
-        let Ok(Value::Object(chunk)) = serde_json::from_str::<Value>(&ev.data) else { return Ok(()) };
+        let Ok(Value::Object(chunk)) = crate::support::lone_surrogates::parse::<Value>(&ev.data, "openai stream event")
+        else {
+            return Ok(());
+        };
         let choices = chunk.get("choices").and_then(Value::as_array);
         if chunk.get("error").is_some_and(|e| !e.is_null()) && choices.is_none() {
             return Err(classify(ProviderKind::Openai, 0, None, ev.data.as_bytes()));

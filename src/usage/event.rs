@@ -11,7 +11,6 @@ use limiter::utc;
 
 use crate::canonical::usage::Usage;
 use crate::config::prices::PriceTable;
-use crate::usage::estimate;
 #[cfg(test)]
 use crate::usage::record::CacheHit;
 use crate::usage::record::{Attempt, Ingress, RequestOutcome, RequestShape};
@@ -160,7 +159,7 @@ fn attempt_event(
     prices: Option<&PriceTable>,
     at_ms: u64,
 ) -> AttemptEvent {
-    let estimate = shape.map(|s| estimate::estimate(s.text_chars, s.messages, s.max_output, a.default_max_tokens));
+    let estimate = shape.map(|s| s.estimate(a.default_max_tokens));
     let (tokens, estimated) = match (&a.usage, a.served, estimate) {
         (Some(u), _, _) => (TokenCounts::of(u), a.usage_estimated),
         (None, false, _) => (TokenCounts::default(), false),
@@ -342,7 +341,7 @@ mod tests {
             status: 200,
             tags: BTreeMap::new(),
             end_user: None,
-            shape: Some(RequestShape { text_chars: 40, messages: 2, max_output: Some(100) }),
+            shape: Some(RequestShape { text_chars: 40, messages: 2, max_output: Some(100), choices: 1 }),
             finished_ms: None,
             cache_hit: None,
             budget: None,
@@ -440,7 +439,7 @@ mod tests {
     #[test]
     fn estimate_uses_the_deployment_default_when_the_client_sets_no_max() {
         let mut o = outcome(vec![attempt("an", "claude-sonnet-4-5", None, true)]);
-        o.shape = Some(RequestShape { text_chars: 4, messages: 1, max_output: None });
+        o.shape = Some(RequestShape { text_chars: 4, messages: 1, max_output: None, choices: 1 });
         o.attempts[0].default_max_tokens = Some(512);
         let e = UsageEvent::build(&o, Some(&prices()), T0);
         assert_eq!((e.tokens.input_tokens, e.tokens.output_tokens), (5, 512));

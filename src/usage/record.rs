@@ -23,13 +23,7 @@ pub enum Ingress {
     Responses,
 }
 
-/// What the limiter's token estimate was computed from, kept to re-derive it for billing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RequestShape {
-    pub text_chars: usize,
-    pub messages: usize,
-    pub max_output: Option<u64>,
-}
+pub use crate::usage::estimate::RequestShape;
 
 /// An answer served from the response cache, and what the original request was billed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -170,6 +164,7 @@ impl RequestOutcome {
             text_chars: chat.text_chars(),
             messages: chat.messages.len(),
             max_output: chat.max_output_tokens(),
+            choices: chat.choices(),
         };
         self.shape = Some(shape);
         shape

@@ -257,7 +257,9 @@ impl PassthroughStream {
             self.held.extend_from_slice(chunk);
         }
         while let Some(ev) = self.parser.next_event() {
-            let Ok(data) = serde_json::from_str::<Value>(&ev.data) else { continue };
+            let Ok(data) = crate::support::lone_surrogates::parse::<Value>(&ev.data, "anthropic stream event") else {
+                continue;
+            };
             let kind = data.get("type").and_then(Value::as_str).or(ev.event.as_deref()).unwrap_or("");
             match kind {
                 "message_start" => self.usage.start(&data["message"]["usage"]),

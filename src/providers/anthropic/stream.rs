@@ -49,7 +49,9 @@ impl AnthropicStream {
     }
 
     pub(in crate::providers) fn on_event(&mut self, ev: &SseEvent, out: &mut Vec<u8>) -> Result<(), UpstreamError> {
-        let Ok(data) = serde_json::from_str::<Value>(&ev.data) else { return Ok(()) };
+        let Ok(data) = crate::support::lone_surrogates::parse::<Value>(&ev.data, "anthropic stream event") else {
+            return Ok(());
+        };
         let kind = data.get("type").and_then(Value::as_str).or(ev.event.as_deref()).unwrap_or("");
         match kind {
             "message_start" => {

@@ -197,6 +197,8 @@ pub struct Timing {
     pub stall_after: Option<u64>,
     pub error_after: Option<u64>,
     pub ping_ms: Option<u64>,
+    /// A JSON body goes out chunked (64 KiB chunks), without `Content-Length`.
+    pub chunked: bool,
 }
 
 #[derive(Debug)]

@@ -67,6 +67,15 @@ fn send(w: &mut TcpStream, resp: Response, keep_alive: bool) -> std::io::Result<
             } else {
                 bytes
             };
+            if t.chunked {
+                w.write_all(&http::head(&resp, content_type, None, keep_alive))?;
+                for piece in bytes.chunks(64 * 1024) {
+                    sse::pause(t.delay_ms);
+                    sse::write_chunk(w, piece)?;
+                }
+                w.write_all(b"0\r\n\r\n")?;
+                return Ok(Outcome::KeepOpen);
+            }
             let mut out = http::head(&resp, content_type, Some(bytes.len()), keep_alive);
             if t.delay_ms > 0 {
                 w.write_all(&out)?;

@@ -56,6 +56,24 @@ pub struct Sse {
 }
 
 impl Sse {
+    /// Rewrites the first content event's text.
+    pub fn first_content(&mut self, rewrite: impl Fn(&str) -> String) {
+        if let Some(e) = self.events.iter_mut().find(|e| e.content) {
+            e.text = rewrite(&e.text);
+        }
+    }
+
+    /// `n` bytes of SSE comments (`: aaa…`, 64 KiB each) right after the first content event.
+    pub fn pad_after_first_content(&mut self, n: usize) {
+        const PIECE: usize = 64 * 1024;
+        let at = self.events.iter().position(|e| e.content).map_or(0, |i| i + 1);
+        let pieces = (0..n.div_ceil(PIECE)).map(|i| {
+            let len = PIECE.min(n - i * PIECE).max(3);
+            SseEvent::raw(&format!(":{}\n\n", "a".repeat(len - 3)))
+        });
+        self.events.splice(at..at, pieces.collect::<Vec<_>>());
+    }
+
     pub fn corrupt(&mut self) {
         let target = self.events.iter().position(|e| e.content).unwrap_or(0);
         if let Some(e) = self.events.get_mut(target) {

@@ -111,6 +111,24 @@ pub fn invalid(api: Api, call: &Call, message: &str) -> Response {
     }
 }
 
+/// Adds `"x_mock_padding": "aaa…"` (`n` filler bytes) as a JSON object's first member.
+fn pad_json(bytes: &mut Vec<u8>, n: usize) {
+    if bytes.first() != Some(&b'{') || bytes.len() < 2 {
+        return;
+    }
+    let mut padded = Vec::with_capacity(bytes.len() + n + 24);
+    padded.extend_from_slice(b"{\"x_mock_padding\":\"");
+    padded.resize(padded.len() + n, b'a');
+    padded.extend_from_slice(if bytes[1] == b'}' { b"\"" } else { b"\"," });
+    padded.extend_from_slice(&bytes[1..]);
+    *bytes = padded;
+}
+
+/// The escape of a lone high surrogate after the reply's first word ("Hello"), once.
+fn with_lone_surrogate(text: &str) -> String {
+    text.replacen("Hello", "Hello\\ud800", 1)
+}
+
 fn accepts_gzip(req: &Request) -> bool {
     req.header("accept-encoding").is_some_and(|v| {
         v.split(',').any(|c| c.split(';').next().is_some_and(|name| name.trim().eq_ignore_ascii_case("gzip")))
@@ -132,6 +150,18 @@ fn shape(api: Api, call: &Call, mut resp: Response, faults: &Faults) -> Response
                 Body::Sse(sse) => sse.corrupt(),
             }
         }
+        if faults.has(Key::LoneSurrogate) && !faults.has(Key::Empty) && !faults.has(Key::Malformed) {
+            match &mut resp.body {
+                Body::Full { bytes, .. } => *bytes = with_lone_surrogate(&String::from_utf8_lossy(bytes)).into_bytes(),
+                Body::Sse(sse) => sse.first_content(with_lone_surrogate),
+            }
+        }
+        if let Some(n) = faults.get(Key::PadBytes) {
+            match &mut resp.body {
+                Body::Full { bytes, .. } => pad_json(bytes, n as usize),
+                Body::Sse(sse) => sse.pad_after_first_content(n as usize),
+            }
+        }
     }
     if let Some(rl) = RateLimit::for_response(faults, resp.status) {
         let headers = match api {
@@ -151,6 +181,7 @@ fn shape(api: Api, call: &Call, mut resp: Response, faults: &Faults) -> Response
         stall_after: faults.get(Key::StallAfter),
         error_after: faults.get(Key::ErrorAfter),
         ping_ms: faults.get(Key::PingMs),
+        chunked: faults.has(Key::Chunked),
     };
     resp
 }
@@ -238,6 +269,29 @@ mod tests {
         assert!(resp.body_json().is_none());
         assert_eq!(resp.timing.delay_ms, 5);
         assert_eq!(resp.timing.cut_after, Some(1));
+    }
+
+    #[test]
+    fn lone_surrogate_follows_the_first_word_once() {
+        let req = request(&[("authorization", "Bearer k")]);
+        let hello = |_: &Call, _: &Faults| Response::json(200, &json!({"text": "Hello from m. Hello again"}));
+        let call = Call::new(&req, json!({"model": "gpt+lone_surrogate"}), 1, None);
+        match respond(Api::OpenAi, &call, hello).body {
+            Body::Full { bytes, .. } => {
+                assert_eq!(String::from_utf8(bytes).unwrap(), r#"{"text":"Hello\ud800 from m. Hello again"}"#)
+            }
+            Body::Sse(_) => panic!("expected full body"),
+        }
+    }
+
+    #[test]
+    fn pad_bytes_weighs_json_and_streams_down() {
+        let mut body = br#"{"a":1}"#.to_vec();
+        pad_json(&mut body, 5);
+        assert_eq!(body, br#"{"x_mock_padding":"aaaaa","a":1}"#);
+        let mut empty = b"{}".to_vec();
+        pad_json(&mut empty, 2);
+        assert_eq!(serde_json::from_slice::<Value>(&empty).unwrap(), json!({"x_mock_padding": "aa"}));
     }
 
     #[test]
