@@ -1,6 +1,8 @@
-//! Fetching from a vendor with real timeouts: a timed-out attempt aborts its fetch.
+//! Fetching from a vendor with real timeouts: a timed-out attempt aborts its fetch. How long
+//! each wait may last comes from the attempt's clock (`pipeline::timeouts`).
 
 use crate::pipeline::answer_limit::AnswerLimit;
+use crate::pipeline::timeouts::Wait;
 use crate::providers::{ErrorClass, UpstreamCall, UpstreamError};
 use futures::future::{select, Either};
 use std::time::Duration;
@@ -34,12 +36,8 @@ fn failure(class: ErrorClass, message: String) -> UpstreamError {
 /// other vendors ignore it), so a request can be traced across the gateway's and the vendor's logs.
 pub const CORRELATION_HEADER: &str = "x-client-request-id";
 
-/// Sends the call; fails with `Timeout` if no response headers arrive within `headers_timeout_ms`.
-pub async fn send(
-    call: &UpstreamCall,
-    request_id: &str,
-    headers_timeout_ms: u64,
-) -> Result<UpstreamResponse, UpstreamError> {
+/// Sends the call; fails with the wait's expiry if no response headers arrive within it.
+pub async fn send(call: &UpstreamCall, request_id: &str, wait: Wait) -> Result<UpstreamResponse, UpstreamError> {
     let headers = Headers::new();
     let _ = headers.set(CORRELATION_HEADER, request_id);
     // Vendors compress only when asked; the runtime's fetch decodes gzip, so usage stays readable.
@@ -57,7 +55,7 @@ pub async fn send(
     let signal = abort.signal();
     let fetch = Fetch::Request(request);
     let sending = Box::pin(fetch.send_with_signal(&signal));
-    let timer = Box::pin(Delay::from(Duration::from_millis(headers_timeout_ms)));
+    let timer = Box::pin(Delay::from(Duration::from_millis(wait.ms)));
     let raced = select(sending, timer).await;
     match raced {
         Either::Left((Ok(response), _)) => {
@@ -67,16 +65,17 @@ pub async fn send(
         Either::Left((Err(e), _)) => Err(failure(ErrorClass::Connection, format!("upstream connection failed: {e}"))),
         Either::Right(_) => {
             abort.abort();
-            Err(failure(ErrorClass::Timeout, format!("no response from upstream within {headers_timeout_ms} ms")))
+            Err(wait.expired())
         }
     }
 }
 
-/// Reads a whole body within the route's `limit`, giving up after `timeout_ms`; a body over the
-/// limit is refused by its declared length when it has one, else cut off as it grows (and aborted).
+/// Reads a whole body within the route's `limit`, giving up (and aborting) when the wait runs out;
+/// a body over the limit is refused by its declared length when it has one, else cut off as it
+/// grows (and aborted).
 pub async fn read_body(
     upstream: &mut UpstreamResponse,
-    timeout_ms: u64,
+    wait: Wait,
     limit: AnswerLimit,
 ) -> Result<Vec<u8>, UpstreamError> {
     let declared = header(upstream, "content-length").and_then(|v| v.trim().parse::<u64>().ok());
@@ -89,9 +88,9 @@ pub async fn read_body(
     }
     let read = if known.is_some() {
         // Declared and within the limit: one read, as before the limit existed.
-        within(async { upstream.response.bytes().await.map_err(read_failed) }, timeout_ms).await
+        within(async { upstream.response.bytes().await.map_err(read_failed) }, wait.ms).await
     } else {
-        within(read_capped(&mut upstream.response, limit), timeout_ms).await
+        within(read_capped(&mut upstream.response, limit), wait.ms).await
     };
     match read {
         Some(Ok(body)) => Ok(body),
@@ -99,7 +98,10 @@ pub async fn read_body(
             upstream.abort.abort();
             Err(e)
         }
-        None => Err(failure(ErrorClass::Timeout, format!("upstream body not complete within {timeout_ms} ms"))),
+        None => {
+            upstream.abort.abort();
+            Err(wait.expired())
+        }
     }
 }
 
@@ -133,17 +135,17 @@ pub fn body_stream(upstream: &mut UpstreamResponse) -> Result<ByteStream, Upstre
     upstream.response.stream().map_err(|e| failure(ErrorClass::Connection, format!("upstream body unreadable: {e}")))
 }
 
-/// The next chunk of a streamed body, or a timeout after `timeout_ms` of silence.
-pub async fn next_chunk(stream: &mut ByteStream, timeout_ms: u64) -> Result<Option<Vec<u8>>, UpstreamError> {
+/// The next chunk of a streamed body, or the wait's expiry.
+pub async fn next_chunk(stream: &mut ByteStream, wait: Wait) -> Result<Option<Vec<u8>>, UpstreamError> {
     use futures::StreamExt;
     let next = stream.next();
-    let timer = Box::pin(Delay::from(Duration::from_millis(timeout_ms)));
+    let timer = Box::pin(Delay::from(Duration::from_millis(wait.ms)));
     let raced = select(next, timer).await;
     match raced {
         Either::Left((Some(Ok(bytes)), _)) => Ok(Some(bytes)),
         Either::Left((Some(Err(e)), _)) => Err(failure(ErrorClass::Connection, format!("upstream stream broke: {e}"))),
         Either::Left((None, _)) => Ok(None),
-        Either::Right(_) => Err(failure(ErrorClass::Timeout, format!("upstream sent nothing for {timeout_ms} ms"))),
+        Either::Right(_) => Err(wait.expired()),
     }
 }
 
