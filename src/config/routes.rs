@@ -153,10 +153,11 @@ pub struct Deployment {
     pub quirks: Quirks,
     #[serde(default)]
     pub capabilities: Capabilities,
-    /// Limits for the deployment's limiter (requests/tokens per minute, breaker).
-    /// Without limits the deployment skips the limiter (no buckets, no breaker).
+    /// Limits for the deployment's limiter (requests/tokens per minute, breaker). Absent, the
+    /// deployment still has the default breaker; only `"breaker": {"enabled": false}` with no
+    /// other limit takes it off the limiter altogether.
     #[serde(default)]
-    pub limits: Option<limiter::Limits>,
+    pub limits: limiter::Limits,
     #[serde(default)]
     pub timeouts: Timeouts,
     /// Key into the price table.
@@ -183,6 +184,11 @@ pub enum Api {
 }
 
 impl Deployment {
+    /// The limits its limiter object enforces, if it has anything to enforce.
+    pub fn enforced_limits(&self) -> Option<&limiter::Limits> {
+        Some(&self.limits).filter(|l| l.enforces_anything())
+    }
+
     /// Whether the deployment accepts `api` natively.
     pub fn accepts(&self, api: Api) -> bool {
         if self.apis.is_empty() {
@@ -519,14 +525,13 @@ fn deployment_problems(id: &str, d: &Deployment, found: &mut Findings) {
             add(&["timeouts", name], format!("timeouts.{name} must be at least 1"));
         }
     }
-    for (name, problem) in limit_problems(d.limits.as_ref()) {
+    for (name, problem) in limit_problems(&d.limits) {
         add(&["limits", name], format!("limits: {problem}"));
     }
 }
 
 /// The limiter's own checks plus caps of 0, which would refuse every request.
-fn limit_problems(limits: Option<&limiter::Limits>) -> Vec<(&'static str, String)> {
-    let Some(l) = limits else { return Vec::new() };
+fn limit_problems(l: &limiter::Limits) -> Vec<(&'static str, String)> {
     let mut out: Vec<(&'static str, String)> = l.problems().into_iter().map(|p| ("", p)).collect();
     let caps = [
         ("rpm", l.rpm),
@@ -730,7 +735,15 @@ mod tests {
             "\"credential\": \"OPENAI_API_KEY\", \"limits\": {\"rpm\": 50, \"tpm\": 1000}}",
         );
         let t = RouteTable::parse(&t).unwrap();
-        assert_eq!(t.deployments["oa"].limits.as_ref().unwrap().rpm, Some(50));
+        assert_eq!(t.deployments["oa"].limits.rpm, Some(50));
+        let plain = RouteTable::parse(TABLE).unwrap();
+        let an = &plain.deployments["an"].limits;
+        assert!(an.breaker.enabled && !an.has_buckets() && an.enforces_anything(), "a breaker by default");
+        let off = TABLE.replace(
+            "\"credential\": \"OPENAI_API_KEY\"}",
+            "\"credential\": \"OPENAI_API_KEY\", \"limits\": {\"breaker\": {\"enabled\": false}}}",
+        );
+        assert!(!RouteTable::parse(&off).unwrap().deployments["oa"].limits.enforces_anything(), "off on purpose");
         let bad = TABLE.replace(
             "\"credential\": \"OPENAI_API_KEY\"}",
             "\"credential\": \"OPENAI_API_KEY\", \"limits\": {\"rpn\": 50}}",

@@ -70,7 +70,7 @@ pub async fn status(req: &Incoming, env: &Env, now_ms: u64) -> Result<Response, 
     if let Ok(table) = &table {
         let namespace = env.durable_object(LIMITER_BINDING).map_err(|e| ApiError::internal(e.to_string()))?;
         let limited: Vec<&String> =
-            table.deployments.iter().filter(|(_, d)| d.limits.is_some()).map(|(id, _)| id).collect();
+            table.deployments.iter().filter(|(_, d)| d.enforced_limits().is_some()).map(|(id, _)| id).collect();
         let reports = join_all(limited.iter().map(|id| {
             let namespace = &namespace;
             async move {

@@ -338,6 +338,10 @@ impl ClientStream for PassthroughStream {
         PassthroughStream::usage(self)
     }
 
+    fn usage_estimated(&self) -> bool {
+        PassthroughStream::usage_estimated(self)
+    }
+
     fn emitted_any(&self) -> bool {
         PassthroughStream::emitted_any(self)
     }

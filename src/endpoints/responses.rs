@@ -245,6 +245,13 @@ impl ClientStream for ResponsesStream {
         }
     }
 
+    fn usage_estimated(&self) -> bool {
+        match self {
+            ResponsesStream::Pass(_) => false,
+            ResponsesStream::Chat(s) => s.usage_estimated(),
+        }
+    }
+
     fn emitted_any(&self) -> bool {
         match self {
             ResponsesStream::Pass(s) => s.emitted_any(),

@@ -28,8 +28,8 @@ use limiter::breaker::BreakerState;
 use limiter::client;
 use limiter::limits::{Amounts, Limits};
 use limiter::protocol::{
-    object_name, scope_object_name, AdmitDecision, AdmitRequest, LeaseAsk, LeaseDecision, LeaseGrant, LeaseRequest,
-    Outcome, RejectCode, ReleaseRequest, SettleRequest, TokenUsage, UpstreamSignals,
+    object_name, scope_object_name, AdmitDecision, AdmitRequest, FaultReason, LeaseAsk, LeaseDecision, LeaseGrant,
+    LeaseRequest, Outcome, RejectCode, ReleaseRequest, SettleRequest, TokenUsage, UpstreamSignals,
 };
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -79,7 +79,7 @@ pub async fn admit(
     estimate: TokenEstimate,
     max_wait_ms: u64,
 ) -> Admit {
-    let Some(limits) = &deployment.limits else {
+    let Some(limits) = deployment.enforced_limits() else {
         return Admit::Admitted(unlimited());
     };
     // Only a deployment sharing its capacity fairly needs to know who asks.
@@ -308,12 +308,40 @@ fn log_failed(event: &str, object: &str, error: &str) {
     worker::console_error!("{}", serde_json::json!({"event": event, "limiter": object, "error": error}));
 }
 
+/// Tells a deployment's breaker of a fault found without calling the vendor (a credential not
+/// bound), in the background: it opens with that reason. An isolate reports it at most once per
+/// quiet time; a deployment without a breaker learns nothing.
+pub fn report_fault(env: &Env, ctx: &Context, deployment_id: &str, deployment: &Deployment, reason: FaultReason) {
+    if deployment.enforced_limits().is_none_or(|l| !l.breaker.enabled) {
+        return;
+    }
+    let object = object_name(deployment_id);
+    if leases(|c| c.report_fault(&object, now_ms())) {
+        ctx.wait_until(send_fault(env.clone(), object, reason));
+    }
+}
+
+async fn send_fault(env: Env, object: String, reason: FaultReason) {
+    let Some(stub) = stub_for(&env, &object) else { return };
+    let tally = leases(|c| c.take_tally(&object, now_ms()));
+    // An id the object never admitted: it applies the outcome, with nothing to reconcile.
+    let id = format!("fault:{:016x}", random_u64());
+    let outcome = Outcome::Fault { reason };
+    let request = SettleRequest { id, outcome, usage: None, signals: UpstreamSignals::default(), tally: tally.clone() };
+    if let Err(e) = client::settle(&stub, request).await {
+        leases(|c| c.restore_tally(&object, tally));
+        log_failed("limiter_settle_failed", &object, &e.to_string());
+    }
+}
+
 /// What the breaker should learn from an attempt's end.
 pub fn outcome_for(class: Option<ErrorClass>, retry_after_ms: Option<u64>) -> Outcome {
     match class {
         None => Outcome::Success,
         Some(ErrorClass::RateLimited) => Outcome::RateLimited { retry_after_ms },
         Some(ErrorClass::QuotaExhausted) => Outcome::QuotaExhausted,
+        Some(ErrorClass::Auth) => Outcome::Fault { reason: FaultReason::VendorAuth },
+        Some(ErrorClass::NotFound) => Outcome::Fault { reason: FaultReason::ModelNotFound },
         Some(c) if c.counts_for_breaker() => Outcome::Failure,
         Some(_) => Outcome::Neutral,
     }

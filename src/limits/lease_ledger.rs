@@ -290,12 +290,14 @@ impl Local {
         })
     }
 
-    fn wants_more(&self, now_ms: u64) -> bool {
+    /// `free`: the deployment has no buckets, so a lease holds nothing back from anyone and is
+    /// worth asking for from the first request (it only says the breaker is closed).
+    fn wants_more(&self, now_ms: u64, free: bool) -> bool {
         let asking = self.asking.as_ref().is_some_and(|(_, since)| now_ms < since.saturating_add(ASK_TIMEOUT_MS));
         if asking || now_ms < self.quiet_until_ms || self.slices.len() >= MAX_SLICES {
             return false;
         }
-        if !self.demand.worth_leasing(now_ms) {
+        if !free && !self.demand.worth_leasing(now_ms) {
             return false;
         }
         self.supply(now_ms) <= self.demand.requests_over(RENEW_AHEAD_MS, now_ms)
@@ -303,8 +305,11 @@ impl Local {
 
     /// What to ask for: what a slice's usable life needs at the current rate less what the
     /// slices will still admit, in typical requests with their tokens (so every slice can
-    /// admit on its own).
-    fn want(&self, now_ms: u64) -> Amounts {
+    /// admit on its own). Without buckets, as much as one lease may carry: it takes nothing.
+    fn want(&self, now_ms: u64, free: bool) -> Amounts {
+        if free {
+            return Amounts { requests: MAX_WANT, ..Amounts::default() };
+        }
         let need = self.demand.requests_over(LEASE_TTL_MS - EXPIRY_MARGIN_MS, now_ms).clamp(MIN_WANT, MAX_WANT);
         self.demand.times(need.saturating_sub(self.supply(now_ms)).max(1))
     }
@@ -352,11 +357,12 @@ impl LeaseLedger {
             return Decision::default();
         }
         let admitted = local.take(limits, need);
-        let ask = local.wants_more(now_ms).then(|| {
+        let free = !limits.has_buckets();
+        let ask = local.wants_more(now_ms, free).then(|| {
             let id = format!("{}.{}", self.prefix, self.next_id);
             self.next_id += 1;
             local.asking = Some((id.clone(), now_ms));
-            LeaseAsk { id, want: local.want(now_ms) }
+            LeaseAsk { id, want: local.want(now_ms, free) }
         });
         Decision { local: admitted, ask }
     }
@@ -503,6 +509,19 @@ impl LeaseLedger {
         local.retire_all()
     }
 
+    /// Whether this isolate should tell the object of a fault it found on its own (a missing
+    /// credential): not while it already knows the deployment is unhealthy. Saying yes starts
+    /// that quiet time, so each isolate reports at most once per [`MAX_QUIET_MS`].
+    pub fn report_fault(&mut self, deployment: &str, now_ms: u64) -> bool {
+        let local = self.local(deployment);
+        if now_ms < local.quiet_until_ms {
+            return false;
+        }
+        local.quiet_until_ms = now_ms + MAX_QUIET_MS;
+        local.retire_all();
+        true
+    }
+
     /// Everything to tell the object, to ride along with the next message.
     pub fn take_tally(&mut self, deployment: &str, now_ms: u64) -> Tally {
         self.local(deployment).take_tally(now_ms)
@@ -545,7 +564,7 @@ fn local_in<'a>(deployments: &'a mut HashMap<String, Local>, deployment: &str) -
 /// Whether the object must hear of this settle now rather than with the next message.
 fn urgent(outcome: &Outcome, signals: &UpstreamSignals, held: Delta) -> bool {
     let below = |told: Option<u64>, held: i64| told.is_some_and(|n| signed(n) < held);
-    matches!(outcome, Outcome::Failure | Outcome::RateLimited { .. } | Outcome::QuotaExhausted)
+    matches!(outcome, Outcome::Failure | Outcome::Fault { .. } | Outcome::RateLimited { .. } | Outcome::QuotaExhausted)
         || signals.retry_after_ms.is_some()
         || below(signals.remaining_requests, held.requests)
         || below(signals.remaining_tokens, held.tokens)

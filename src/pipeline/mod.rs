@@ -11,4 +11,5 @@ pub mod retry;
 pub mod run;
 pub mod step;
 pub mod stream;
+pub mod timeouts;
 pub mod upstream;

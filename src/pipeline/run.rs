@@ -17,17 +17,18 @@ use crate::pipeline::answer_limit::AnswerLimit;
 use crate::pipeline::attempt::{credential, route_headers, scope_estimate, settle_failure, signals_of};
 use crate::pipeline::decision_log::DecisionLog;
 use crate::pipeline::gate::{self, Gate, Needs};
-use crate::pipeline::plan::{deadline_error, Candidate, IsolateRetryBudgets, Planner, Step};
+use crate::pipeline::plan::{deadline_error, Candidate, IsolateRetryBudgets, Planner, Skip, Step};
 use crate::pipeline::report;
 use crate::pipeline::step::VendorStep;
 use crate::pipeline::stream::{self, AfterStream, StreamAttempt};
+use crate::pipeline::timeouts::AttemptClock;
 use crate::pipeline::upstream::{self, UpstreamResponse};
 use crate::providers::{self, ErrorClass, UpstreamError};
 use crate::support::clock::now_ms;
 use crate::usage::estimate::TokenEstimate;
 use crate::usage::record::RequestShape;
 use crate::usage::record::{Attempt, RequestOutcome};
-use limiter::protocol::{TokenUsage, UpstreamSignals};
+use limiter::protocol::{FaultReason, Outcome, TokenUsage, UpstreamSignals};
 use worker::{Context, Env, Response};
 
 /// What an endpoint tells the pipeline about one request.
@@ -72,14 +73,7 @@ pub async fn run(trip: Trip<'_>, step: &dyn VendorStep, env: &Env, ctx: &Context
     loop {
         match driver.planner.next(now_ms(), &mut IsolateRetryBudgets) {
             Step::Stop(_) => return driver.give_up().await,
-            Step::Skip { index, reason } => {
-                driver.warn_unknown(index);
-                let missing = match &reason {
-                    crate::pipeline::plan::Skip::Capability(missing) => missing.as_slice(),
-                    _ => &[],
-                };
-                driver.log.skip(driver.trip.chain[index].0, reason.as_str(), missing);
-            }
+            Step::Skip { index, reason } => driver.skip(index, reason),
             Step::Try { index, wait_ms } => {
                 driver.warn_unknown(index);
                 if wait_ms > 0 {
@@ -148,6 +142,23 @@ impl<'a> Driver<'a> {
         Driver { trip, step, env, ctx, scopes, planner, log, credentials, estimates }
     }
 
+    /// A candidate passed over; one whose credential is not bound is the deployment's fault:
+    /// its breaker learns it and the decision log raises it.
+    fn skip(&mut self, index: usize, reason: Skip) {
+        self.warn_unknown(index);
+        let (id, deployment) = self.trip.chain[index];
+        let missing = match &reason {
+            Skip::Capability(missing) => missing.as_slice(),
+            Skip::CredentialMissing => {
+                self.log.alert(id, FaultReason::MissingCredential.as_str());
+                admission::report_fault(self.env, self.ctx, id, deployment, FaultReason::MissingCredential);
+                &[]
+            }
+            Skip::RetryBudgetExhausted => &[],
+        };
+        self.log.skip(id, reason.as_str(), missing);
+    }
+
     fn warn_unknown(&mut self, index: usize) {
         if let Gate::PassUnknown(unknown) = &self.planner.candidate(index).gate {
             self.log.warn_unknown(self.trip.chain[index].0, unknown);
@@ -188,6 +199,9 @@ impl<'a> Driver<'a> {
             }
             Err(err) => {
                 self.log.failed(id, err.class.as_str());
+                if let Outcome::Fault { reason } = admission::outcome_for(Some(err.class), None) {
+                    self.log.alert(id, reason.as_str());
+                }
                 self.trip.outcome.attempts.push(Attempt::failed(id, deployment, &err, started_ms, now_ms()));
                 self.planner.failed(err);
                 None
@@ -213,20 +227,16 @@ impl<'a> Driver<'a> {
         started_ms: u64,
     ) -> Result<Response, UpstreamError> {
         let deployment = self.trip.chain[index].1;
-        let budget_ms = self.planner.deadline_ms().saturating_sub(started_ms);
-        let timeouts = &deployment.timeouts;
-        let headers_timeout =
-            if self.trip.stream { timeouts.connect_ms + timeouts.first_token_ms } else { timeouts.total_ms };
-        let sent = upstream::send(call, &self.trip.rc.request_id, headers_timeout.min(budget_ms)).await;
+        let clock = AttemptClock::new(started_ms, deployment.timeouts, self.planner.deadline_ms());
+        let sent = upstream::send(call, &self.trip.rc.request_id, clock.headers(self.trip.stream, now_ms())).await;
         match sent {
             Ok(up) if (200..300).contains(&up.status) && self.trip.stream => {
-                self.relay_stream(index, up, admission, started_ms).await
+                self.relay_stream(index, up, admission, clock).await
             }
-            Ok(up) if (200..300).contains(&up.status) => self.relay_json(index, up, admission, started_ms).await,
+            Ok(up) if (200..300).contains(&up.status) => self.relay_json(index, up, admission, clock).await,
             Ok(mut up) => {
                 let limit = AnswerLimit::new(self.trip.model.max_answer_bytes);
-                let body =
-                    upstream::read_body(&mut up, timeouts.total_ms.min(budget_ms), limit).await.unwrap_or_default();
+                let body = upstream::read_body(&mut up, clock.body(now_ms()), limit).await.unwrap_or_default();
                 let retry_after = upstream::header(&up, "retry-after");
                 let err = providers::classify(deployment.provider, up.status, retry_after.as_deref(), &body);
                 let signals = signals_of(&up, err.retry_after_ms);
@@ -250,11 +260,12 @@ impl<'a> Driver<'a> {
         index: usize,
         mut up: UpstreamResponse,
         admission: Admission,
-        started_ms: u64,
+        clock: AttemptClock,
     ) -> Result<Response, UpstreamError> {
         let (id, deployment) = self.trip.chain[index];
+        let started_ms = clock.sent_ms();
         let limit = AnswerLimit::new(self.trip.model.max_answer_bytes);
-        let translated = match upstream::read_body(&mut up, deployment.timeouts.total_ms, limit).await {
+        let translated = match upstream::read_body(&mut up, clock.body(now_ms()), limit).await {
             Ok(body) => self.step.translate(deployment, &body, now_ms()),
             Err(e) => Err(e),
         };
@@ -284,12 +295,12 @@ impl<'a> Driver<'a> {
         index: usize,
         up: UpstreamResponse,
         admission: Admission,
-        started_ms: u64,
+        clock: AttemptClock,
     ) -> Result<Response, UpstreamError> {
         let (id, deployment) = self.trip.chain[index];
         let scopes = self.scopes.clone();
         let limit = AnswerLimit::new(self.trip.model.max_answer_bytes);
-        let attempt = StreamAttempt { id, deployment, started_ms, admission, scopes, limit };
+        let attempt = StreamAttempt { id, deployment, clock, admission, scopes, limit };
         let after = AfterStream {
             outcome: self.trip.outcome.clone(),
             cache_store: self.cache_store(),

@@ -45,6 +45,10 @@ pub trait ClientStream {
     fn finish(&mut self, out: &mut Vec<u8>) -> StreamEnd;
     /// The usage reported so far.
     fn usage(&self) -> Option<Usage>;
+    /// Whether part of [`usage`](Self::usage) is estimated (a vendor's final count that never came).
+    fn usage_estimated(&self) -> bool {
+        false
+    }
     /// Whether the client has been sent anything yet (until then, a failure may still fall back).
     fn emitted_any(&self) -> bool;
     /// A well-formed error event in the client's stream format.
@@ -64,6 +68,10 @@ impl ClientStream for StreamTranslator {
 
     fn usage(&self) -> Option<Usage> {
         StreamTranslator::usage(self)
+    }
+
+    fn usage_estimated(&self) -> bool {
+        StreamTranslator::usage_estimated(self)
     }
 
     fn emitted_any(&self) -> bool {

@@ -1,7 +1,9 @@
-//! Fetching from a vendor with real timeouts: a timed-out attempt aborts its fetch.
+//! Fetching from a vendor with real timeouts: a timed-out attempt aborts its fetch. How long
+//! each wait may last comes from the attempt's clock (`pipeline::timeouts`).
 
 use crate::http::header_map::{HeaderMap, HeaderText};
 use crate::pipeline::answer_limit::AnswerLimit;
+use crate::pipeline::timeouts::Wait;
 use crate::providers::{ErrorClass, UpstreamCall, UpstreamError};
 use futures::future::{select, Either};
 use std::time::Duration;
@@ -40,12 +42,8 @@ fn failure(class: ErrorClass, message: String) -> UpstreamError {
 /// other vendors ignore it), so a request can be traced across the gateway's and the vendor's logs.
 pub const CORRELATION_HEADER: &str = "x-client-request-id";
 
-/// Sends the call; fails with `Timeout` if no response headers arrive within `headers_timeout_ms`.
-pub async fn send(
-    call: &UpstreamCall,
-    request_id: &str,
-    headers_timeout_ms: u64,
-) -> Result<UpstreamResponse, UpstreamError> {
+/// Sends the call; fails with the wait's expiry if no response headers arrive within it.
+pub async fn send(call: &UpstreamCall, request_id: &str, wait: Wait) -> Result<UpstreamResponse, UpstreamError> {
     let mut text = HeaderText::default();
     let invalid = |e: String| failure(ErrorClass::Connection, format!("invalid upstream header: {e}"));
     text.add(CORRELATION_HEADER, request_id).map_err(invalid)?;
@@ -66,7 +64,7 @@ pub async fn send(
     init.set_signal(Some(&signal));
     let global: web_sys::WorkerGlobalScope = js_sys::global().unchecked_into();
     let sending = Box::pin(JsFuture::from(global.fetch_with_str_and_init(&call.url, &init)));
-    let timer = Box::pin(Delay::from(Duration::from_millis(headers_timeout_ms)));
+    let timer = Box::pin(Delay::from(Duration::from_millis(wait.ms)));
     let raced = select(sending, timer).await;
     match raced {
         Either::Left((Ok(value), _)) => {
@@ -80,7 +78,7 @@ pub async fn send(
         }
         Either::Right(_) => {
             abort.abort();
-            Err(failure(ErrorClass::Timeout, format!("no response from upstream within {headers_timeout_ms} ms")))
+            Err(wait.expired())
         }
     }
 }
@@ -91,11 +89,12 @@ async fn whole_body(response: &web_sys::Response) -> Result<Vec<u8>, worker::Err
     Ok(Uint8Array::new(&buffer).to_vec())
 }
 
-/// Reads a whole body within the route's `limit`, giving up after `timeout_ms`; a body over the
-/// limit is refused by its declared length when it has one, else cut off as it grows (and aborted).
+/// Reads a whole body within the route's `limit`, giving up (and aborting) when the wait runs out;
+/// a body over the limit is refused by its declared length when it has one, else cut off as it
+/// grows (and aborted).
 pub async fn read_body(
     upstream: &mut UpstreamResponse,
-    timeout_ms: u64,
+    wait: Wait,
     limit: AnswerLimit,
 ) -> Result<Vec<u8>, UpstreamError> {
     let declared = header(upstream, "content-length").and_then(|v| v.trim().parse::<u64>().ok());
@@ -108,9 +107,9 @@ pub async fn read_body(
     }
     let read = if known.is_some() {
         // Declared and within the limit: one read, as before the limit existed.
-        within(async { whole_body(&upstream.response).await.map_err(read_failed) }, timeout_ms).await
+        within(async { whole_body(&upstream.response).await.map_err(read_failed) }, wait.ms).await
     } else {
-        within(read_capped(&upstream.response, limit), timeout_ms).await
+        within(read_capped(&upstream.response, limit), wait.ms).await
     };
     match read {
         Some(Ok(body)) => Ok(body),
@@ -118,7 +117,10 @@ pub async fn read_body(
             upstream.abort.abort();
             Err(e)
         }
-        None => Err(failure(ErrorClass::Timeout, format!("upstream body not complete within {timeout_ms} ms"))),
+        None => {
+            upstream.abort.abort();
+            Err(wait.expired())
+        }
     }
 }
 
@@ -155,17 +157,17 @@ pub fn body_stream(upstream: &mut UpstreamResponse) -> Result<ByteStream, Upstre
     Ok(ByteStream::from(body))
 }
 
-/// The next chunk of a streamed body, or a timeout after `timeout_ms` of silence.
-pub async fn next_chunk(stream: &mut ByteStream, timeout_ms: u64) -> Result<Option<Vec<u8>>, UpstreamError> {
+/// The next chunk of a streamed body, or the wait's expiry.
+pub async fn next_chunk(stream: &mut ByteStream, wait: Wait) -> Result<Option<Vec<u8>>, UpstreamError> {
     use futures::StreamExt;
     let next = stream.next();
-    let timer = Box::pin(Delay::from(Duration::from_millis(timeout_ms)));
+    let timer = Box::pin(Delay::from(Duration::from_millis(wait.ms)));
     let raced = select(next, timer).await;
     match raced {
         Either::Left((Some(Ok(bytes)), _)) => Ok(Some(bytes)),
         Either::Left((Some(Err(e)), _)) => Err(failure(ErrorClass::Connection, format!("upstream stream broke: {e}"))),
         Either::Left((None, _)) => Ok(None),
-        Either::Right(_) => Err(failure(ErrorClass::Timeout, format!("upstream sent nothing for {timeout_ms} ms"))),
+        Either::Right(_) => Err(wait.expired()),
     }
 }
 

@@ -23,6 +23,9 @@ pub enum ErrorClass {
     ContentFilter,
     /// The deployment's model or URL does not exist at the vendor: a route-table problem.
     NotFound,
+    /// The request's own deadline or the attempt's total bound passed: not the deployment's
+    /// failure, and too late to try elsewhere.
+    DeadlineExceeded,
     /// The answer outgrew the route's `max_answer_bytes`: what the client asked this route for,
     /// not the deployment's health (no breaker count, no retry, no fallback).
     TooLarge,
@@ -76,6 +79,7 @@ impl ErrorClass {
             ErrorClass::Auth => "auth",
             ErrorClass::ContentFilter => "content_filter",
             ErrorClass::NotFound => "not_found",
+            ErrorClass::DeadlineExceeded => "deadline_exceeded",
             ErrorClass::TooLarge => "answer_too_large",
         }
     }
@@ -214,6 +218,7 @@ impl UpstreamError {
                 codes::UPSTREAM_MODEL_NOT_FOUND,
                 "The upstream provider does not know the model this gateway routes to.",
             ),
+            ErrorClass::DeadlineExceeded => self.deadline_api_error(),
         };
         match self.retry_after_ms {
             Some(ms) if self.class.retryable() || self.class == ErrorClass::QuotaExhausted => {
@@ -225,11 +230,18 @@ impl UpstreamError {
 }
 
 impl UpstreamError {
+    /// The request's own time ran out (its deadline, or a stream's total bound): the message says which.
+    fn deadline_api_error(&self) -> ApiError {
+        let message = format!("The request ran out of time: {}.", self.message);
+        ApiError::new(504, "upstream_error", codes::UPSTREAM_TIMEOUT, message)
+    }
+
     /// The error a client is sent when a stream that already relayed bytes breaks off: a transport
     /// failure then is an interruption, not a failure to connect.
     pub fn to_stream_api_error(&self) -> ApiError {
         let what = match self.class {
             ErrorClass::Timeout => "no data arrived within the idle timeout",
+            ErrorClass::DeadlineExceeded => "the stream reached its time limit (total_ms)",
             ErrorClass::Connection => "the upstream stream broke off before it was complete",
             _ => return self.to_api_error(),
         };

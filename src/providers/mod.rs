@@ -209,11 +209,20 @@ impl StreamTranslator {
         end
     }
 
-    /// What the vendor reported so far; for a cut stream, the partial counts (e.g. Anthropic's input).
+    /// What the vendor reported so far; for a cut stream, the partial counts (e.g. Anthropic's
+    /// input, with the output estimated from what was delivered).
     pub fn usage(&self) -> Option<Usage> {
         match &self.flavor {
             Flavor::Openai(s) => s.usage(),
             Flavor::Anthropic(s) => s.usage(),
+        }
+    }
+
+    /// Whether [`usage`](Self::usage)'s output is an estimate (the vendor's final count never came).
+    pub fn usage_estimated(&self) -> bool {
+        match &self.flavor {
+            Flavor::Openai(_) => false,
+            Flavor::Anthropic(s) => s.usage_estimated(),
         }
     }
 

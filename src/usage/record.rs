@@ -52,6 +52,8 @@ pub struct Attempt {
     pub served: bool,
     /// The deployment's default max tokens, which the limiter's estimate used.
     pub default_max_tokens: Option<u32>,
+    /// Part of `usage` is the gateway's estimate (a cut stream whose final count never came).
+    pub usage_estimated: bool,
 }
 
 impl Attempt {
@@ -76,6 +78,7 @@ impl Attempt {
             ttft_ms: first_byte_ms.map(|t| t.saturating_sub(started_ms)),
             served: true,
             default_max_tokens: d.default_max_tokens,
+            usage_estimated: false,
         }
     }
 
@@ -93,6 +96,7 @@ impl Attempt {
             ttft_ms: None,
             served: false,
             default_max_tokens: d.default_max_tokens,
+            usage_estimated: false,
         }
     }
 }

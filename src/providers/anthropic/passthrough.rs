@@ -7,7 +7,7 @@
 //! verbatim, while the usage is read from `message_start` / `message_delta` (or the body).
 
 use super::DEFAULT_VERSION;
-use crate::canonical::usage::Usage;
+use crate::canonical::usage::{AnthropicStreamUsage, Usage};
 use crate::config::routes::{Deployment, ProviderKind};
 use crate::http::codes;
 use crate::http::error::ApiError;
@@ -79,7 +79,7 @@ pub struct PassthroughStream {
     parser: SseParser,
     held: Vec<u8>,
     started: bool,
-    usage: Option<Usage>,
+    usage: AnthropicStreamUsage,
     done: bool,
     vendor_error_relayed: bool,
     /// The last byte relayed, so an appended error frame starts on a fresh line.
@@ -109,8 +109,13 @@ impl PassthroughStream {
             };
             let kind = data.get("type").and_then(Value::as_str).or(ev.event.as_deref()).unwrap_or("");
             match kind {
-                "message_start" => self.merge_usage(&data["message"]["usage"]),
-                "message_delta" => self.merge_usage(&data["usage"]),
+                "message_start" => self.usage.start(&data["message"]["usage"]),
+                "message_delta" => self.usage.delta(&data["usage"]),
+                "content_block_delta" => {
+                    let delta = &data["delta"];
+                    let generated = ["text", "partial_json", "thinking"].iter().find_map(|k| delta[*k].as_str());
+                    self.usage.delivered(generated.unwrap_or(""));
+                }
                 "message_stop" => self.done = true,
                 "error" => {
                     let err = classify(ProviderKind::Anthropic, 0, None, ev.data.as_bytes());
@@ -137,13 +142,6 @@ impl PassthroughStream {
         out.extend_from_slice(bytes);
     }
 
-    fn merge_usage(&mut self, usage: &Value) {
-        let mut u = self.usage.unwrap_or_default();
-        if u.merge_anthropic(usage) {
-            self.usage = Some(u);
-        }
-    }
-
     pub fn finish(&mut self, out: &mut Vec<u8>) -> StreamEnd {
         if !self.done && !self.vendor_error_relayed {
             // A last event without its blank line still counts.
@@ -166,7 +164,12 @@ impl PassthroughStream {
     }
 
     pub fn usage(&self) -> Option<Usage> {
-        self.usage
+        self.usage.usage()
+    }
+
+    /// Whether the output in [`usage`](Self::usage) is estimated from what was delivered.
+    pub fn usage_estimated(&self) -> bool {
+        self.usage.estimated()
     }
 
     pub fn emitted_any(&self) -> bool {
@@ -279,6 +282,18 @@ event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
         assert!(s.error_event(&ApiError::internal("x")).is_empty());
         assert_eq!(s.finish(&mut out), StreamEnd::Truncated);
         assert_eq!(s.usage().map(|u| u.input), Some(25));
+    }
+
+    #[test]
+    fn a_stream_cut_after_text_bills_the_text_not_the_placeholder() {
+        let mut s = PassthroughStream::new();
+        let cut = STREAM.find("event: message_delta").unwrap();
+        s.feed(&STREAM.as_bytes()[..cut], &mut Vec::new());
+        assert_eq!(s.finish(&mut Vec::new()), StreamEnd::Truncated);
+        assert_eq!((s.usage().map(|u| (u.input, u.output)), s.usage_estimated()), (Some((25, 2)), true), "Hello: 2");
+        let mut whole = PassthroughStream::new();
+        whole.feed(STREAM.as_bytes(), &mut Vec::new());
+        assert_eq!((whole.usage().map(|u| u.output), whole.usage_estimated()), (Some(15), false));
     }
 
     #[test]

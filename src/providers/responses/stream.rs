@@ -397,6 +397,10 @@ impl FromChat {
         self.chat.usage()
     }
 
+    pub fn usage_estimated(&self) -> bool {
+        self.chat.usage_estimated()
+    }
+
     pub fn emitted_any(&self) -> bool {
         // Held until the first output item: `response.created` alone does not commit the stream.
         !self.items.is_empty() || self.completed

@@ -21,6 +21,7 @@ pub enum Key {
     CutAfter,
     StallAfter,
     ErrorAfter,
+    PingMs,
     NoUsage,
     Malformed,
     LoneSurrogate,
@@ -59,6 +60,7 @@ const KEYS: &[(&str, Key, Kind)] = &[
     ("cut_after", Key::CutAfter, ANY),
     ("stall_after", Key::StallAfter, ANY),
     ("error_after", Key::ErrorAfter, ANY),
+    ("ping_ms", Key::PingMs, Kind::Number { min: 1, max: 60_000 }),
     ("no_usage", Key::NoUsage, Kind::Flag),
     ("malformed", Key::Malformed, Kind::Flag),
     // Legal JSON a Rust string cannot hold: `\ud800` after the reply's first word.

@@ -196,6 +196,7 @@ pub struct Timing {
     pub cut_after: Option<u64>,
     pub stall_after: Option<u64>,
     pub error_after: Option<u64>,
+    pub ping_ms: Option<u64>,
     /// A JSON body goes out chunked (64 KiB chunks), without `Content-Length`.
     pub chunked: bool,
 }

@@ -51,6 +51,8 @@ pub struct Sse {
     pub events: Vec<SseEvent>,
     /// Sent by `error_after=N`, in the vendor's mid-stream error format.
     pub error_event: SseEvent,
+    /// Sent every `ping_ms` while stalled: the vendor's keep-alive (a comment, or Anthropic's `event: ping`).
+    pub ping_event: SseEvent,
 }
 
 impl Sse {
@@ -150,7 +152,10 @@ fn act(s: &mut TcpStream, sse: &Sse, t: &Timing, action: Action, mut framer: Fra
             Ok(Outcome::Close)
         }
         Action::Stall => {
-            wait_for_peer_close(s, STALL_LIMIT);
+            match t.ping_ms {
+                Some(every) => ping_until_peer_close(s, &sse.ping_event, every, STALL_LIMIT),
+                None => wait_for_peer_close(s, STALL_LIMIT),
+            }
             Ok(Outcome::Close)
         }
         Action::Error => {
@@ -193,6 +198,17 @@ pub fn gzip(bytes: &[u8]) -> io::Result<Vec<u8>> {
 pub fn pause(ms: u64) {
     if ms > 0 {
         std::thread::sleep(Duration::from_millis(ms));
+    }
+}
+
+/// Sends a keep-alive every `every_ms` (and nothing else) until the peer hangs up or `limit` passes.
+fn ping_until_peer_close(s: &mut TcpStream, ping: &SseEvent, every_ms: u64, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        pause(every_ms.max(1));
+        if write_chunk(s, ping.text.as_bytes()).is_err() {
+            return;
+        }
     }
 }
 

@@ -180,6 +180,7 @@ fn shape(api: Api, call: &Call, mut resp: Response, faults: &Faults) -> Response
         cut_after: faults.get(Key::CutAfter),
         stall_after: faults.get(Key::StallAfter),
         error_after: faults.get(Key::ErrorAfter),
+        ping_ms: faults.get(Key::PingMs),
         chunked: faults.has(Key::Chunked),
     };
     resp

@@ -8,6 +8,7 @@ mod completions;
 mod dead_letter;
 mod durable_config;
 mod errors;
+mod faults;
 mod hostile;
 mod layers;
 mod limits;

@@ -312,6 +312,26 @@ fn usage_events_match_the_vendor_usage_exactly_with_cache_tokens() {
     assert_eq!(cut_event["status"], 502, "{cut_event}");
     assert_eq!(cut_event["error_code"], "upstream_stream_interrupted", "{cut_event}");
     assert_eq!(cut_event["input_tokens"], vendor_usage(&cut)["input_tokens"], "{cut_event}");
+    // Cut before message_delta: the output is estimated from the text that reached the client,
+    // never message_start's placeholder of 1, and the event says it is an estimate.
+    let delivered: usize = cut
+        .body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter(|v| v["type"] == "content_block_delta")
+        .map(|v| {
+            ["text", "partial_json", "thinking"]
+                .iter()
+                .find_map(|k| v["delta"][*k].as_str())
+                .unwrap_or("")
+                .chars()
+                .count()
+        })
+        .sum();
+    assert!(delivered > 4, "the mock cut after three words: {}", cut.body);
+    assert_eq!(cut_event["output_tokens"].as_u64(), Some(delivered.div_ceil(4) as u64), "{cut_event}");
+    assert_eq!(cut_event["estimated"], true, "{cut_event}");
     assert_eq!(cut_event["ingress"], "messages", "{cut_event}");
     ids.pop();
     for (reply, id) in replies.iter().zip(&ids) {
