@@ -334,6 +334,30 @@ async fn send_fault(env: Env, object: String, reason: FaultReason) {
     }
 }
 
+/// A settlement the limiter object must receive.
+struct RemoteSettle {
+    stub: Stub,
+    object: String,
+    request: SettleRequest,
+}
+
+impl RemoteSettle {
+    async fn send(self) {
+        let RemoteSettle { stub, object, request } = self;
+        let tally = request.tally.clone();
+        match client::settle(&stub, request).await {
+            Ok(report) if report.breaker != BreakerState::Closed => {
+                leases(|c| c.unhealthy(&object, MAX_QUIET_MS, now_ms()));
+            }
+            Ok(_) => {}
+            Err(e) => {
+                leases(|c| c.restore_tally(&object, tally));
+                log_failed("limiter_settle_failed", &object, &e.to_string());
+            }
+        }
+    }
+}
+
 /// What the breaker should learn from an attempt's end.
 pub fn outcome_for(class: Option<ErrorClass>, retry_after_ms: Option<u64>) -> Outcome {
     match class {
@@ -359,32 +383,41 @@ impl Admission {
     /// Settles the admission; `usage: None` keeps the estimate charged. A local admission stays
     /// local unless its outcome is urgent; an object admission carries the pending tally.
     pub async fn settle(self, outcome: Outcome, usage: Option<TokenUsage>, signals: UpstreamSignals) {
-        let (stub, object, request) = match self.via {
-            Via::Unlimited => return,
+        if let Some(remote) = self.settle_locally(outcome, usage, signals) {
+            remote.send().await;
+        }
+    }
+
+    /// [`Admission::settle`] from a request's path: what stays in the isolate is done at once, and
+    /// only a message the limiter object must get goes to the background (usually none, on a lease).
+    pub fn settle_in(self, ctx: &Context, outcome: Outcome, usage: Option<TokenUsage>, signals: UpstreamSignals) {
+        if let Some(remote) = self.settle_locally(outcome, usage, signals) {
+            ctx.wait_until(remote.send());
+        }
+    }
+
+    /// The isolate's part of settling; the object's part, if it has one, for the caller to send.
+    fn settle_locally(
+        self,
+        outcome: Outcome,
+        usage: Option<TokenUsage>,
+        signals: UpstreamSignals,
+    ) -> Option<RemoteSettle> {
+        match self.via {
+            Via::Unlimited => None,
             Via::Object { stub, object, id } => {
                 let tally = leases(|c| c.settle_remote(&object, &outcome, &signals, now_ms()));
-                (stub, object, SettleRequest { id, outcome, usage, signals, tally })
+                Some(RemoteSettle { stub, object, request: SettleRequest { id, outcome, usage, signals, tally } })
             }
             Via::Lease { env, object, id, ticket } => {
                 let action = leases(|c| c.settle_local(&object, &ticket, &outcome, usage, &signals, now_ms()));
-                let SettleAction::Now(tally) = action else { return };
+                let SettleAction::Now(tally) = action else { return None };
                 let Some(stub) = stub_for(&env, &object) else {
                     leases(|c| c.restore_tally(&object, tally));
-                    return;
+                    return None;
                 };
                 // Usage was reconciled against the lease; the object learns the outcome.
-                (stub, object, SettleRequest { id, outcome, usage: None, signals, tally })
-            }
-        };
-        let tally = request.tally.clone();
-        match client::settle(&stub, request).await {
-            Ok(report) if report.breaker != BreakerState::Closed => {
-                leases(|c| c.unhealthy(&object, MAX_QUIET_MS, now_ms()));
-            }
-            Ok(_) => {}
-            Err(e) => {
-                leases(|c| c.restore_tally(&object, tally));
-                log_failed("limiter_settle_failed", &object, &e.to_string());
+                Some(RemoteSettle { stub, object, request: SettleRequest { id, outcome, usage: None, signals, tally } })
             }
         }
     }
@@ -442,7 +475,7 @@ impl Scopes {
     /// concern the deployment only.
     pub fn settle(&self, ctx: &Context, usage: Option<TokenUsage>) {
         for admission in self.take() {
-            ctx.wait_until(admission.settle(Outcome::Neutral, usage, UpstreamSignals::default()));
+            admission.settle_in(ctx, Outcome::Neutral, usage, UpstreamSignals::default());
         }
     }
 

@@ -278,7 +278,7 @@ impl<'a> Driver<'a> {
             }
         };
         let usage = answer.usage.as_ref().map(admission::token_usage);
-        self.ctx.wait_until(admission.settle(admission::outcome_for(None, None), usage, signals));
+        admission.settle_in(self.ctx, admission::outcome_for(None, None), usage, signals);
         self.scopes.settle(self.ctx, usage);
         let record = Attempt::succeeded(id, deployment, answer.usage, started_ms, now_ms(), None);
         self.trip.outcome.attempts.push(record);
