@@ -26,6 +26,7 @@ TARGETS = {
     "mf_passthrough": ("miniflare", "passthrough worker (JS `fetch` to the mock)"),
     "mf_gateway": ("miniflare", "gateway, model without limits"),
     "mf_gateway_limited": ("miniflare", "gateway, model with limits (limiter DO)"),
+    "mf_gateway_nobreaker": ("miniflare", "gateway, model with the default breaker switched off"),
     "mf_gateway_do": ("miniflare", "gateway, limits with every request through the DO (no leases)"),
     "workerd_floor": ("workerd", "floor: constant worker (JS)"),
     "mf_direct_messages": ("mock", "direct to the mock vendor's /v1/messages"),
@@ -307,6 +308,14 @@ def render(results):
         p(f"| {label} | {ms(x1['p50'])} → {ms(y1['p50'])} | {signed(y1['p50'] - x1['p50'])} | {ms(x1['p99'])} → {ms(y1['p99'])} "
           f"| {rps(xc['rps'])} → {rps(yc['rps'])} | {ratio(yc['rps'], xc['rps'])} |")
         checks.append((f"{label}: the limiter adds no DO round trip (with/without ≥ 0.95 at c={conns})", yc["rps"] >= 0.95 * xc["rps"], yc["rps"] / xc["rps"]))
+    a, b = "mf_gateway_nobreaker", "mf_gateway"
+    if W.get(a) and W.get(b) and W[a].get(1) and W[b].get(1) and W[a].get(conns) and W[b].get(conns):
+        x1, y1, xc, yc = W[a][1], W[b][1], W[a][conns], W[b][conns]
+        p(f"| Miniflare, default breaker off → on (no `limits`) | {ms(x1['p50'])} → {ms(y1['p50'])} "
+          f"| {signed(y1['p50'] - x1['p50'])} | {ms(x1['p99'])} → {ms(y1['p99'])} | {rps(xc['rps'])} → {rps(yc['rps'])} "
+          f"| {ratio(yc['rps'], xc['rps'])} |")
+        checks.append((f"Miniflare: the default breaker costs no DO round trip (on/off ≥ 0.95 at c={conns})",
+                       yc["rps"] >= 0.95 * xc["rps"], yc["rps"] / xc["rps"]))
     a, b = "mf_gateway", "mf_gateway_do"
     if W.get(a) and W.get(b) and W[a].get(1) and W[b].get(1) and W[a].get(conns) and W[b].get(conns):
         x1, y1, xc, yc = W[a][1], W[b][1], W[a][conns], W[b][conns]
