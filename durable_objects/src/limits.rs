@@ -65,6 +65,18 @@ impl Limits {
         self.has_buckets() || self.max_concurrent.is_some() || self.fair_share.is_some() || self.breaker.enabled
     }
 
+    /// Every capacity cap by its route-table name (`None` where the admin set none).
+    pub fn caps(&self) -> [(&'static str, Option<u64>); 6] {
+        [
+            ("rpm", self.rpm),
+            ("tpm", self.tpm),
+            ("input_tpm", self.input_tpm),
+            ("output_tpm", self.output_tpm),
+            ("rpd", self.rpd),
+            ("max_concurrent", self.max_concurrent.map(u64::from)),
+        ]
+    }
+
     /// Problems an admin should fix before uploading the route table.
     pub fn problems(&self) -> Vec<String> {
         let mut found = Vec::new();

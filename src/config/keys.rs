@@ -76,15 +76,7 @@ pub fn enforced(limits: Option<&Limits>) -> Option<&Limits> {
 fn scope_limits<S: Serializer>(limits: &Option<Limits>, out: S) -> Result<S::Ok, S::Error> {
     let Some(l) = limits else { return out.serialize_none() };
     let mut fields = serde_json::Map::new();
-    let named = [
-        ("rpm", l.rpm),
-        ("tpm", l.tpm),
-        ("input_tpm", l.input_tpm),
-        ("output_tpm", l.output_tpm),
-        ("rpd", l.rpd),
-        ("max_concurrent", l.max_concurrent.map(u64::from)),
-    ];
-    for (name, value) in named {
+    for (name, value) in l.caps() {
         if let Some(v) = value {
             fields.insert(name.to_string(), v.into());
         }

@@ -533,15 +533,7 @@ fn deployment_problems(id: &str, d: &Deployment, found: &mut Findings) {
 /// The limiter's own checks plus caps of 0, which would refuse every request.
 fn limit_problems(l: &limiter::Limits) -> Vec<(&'static str, String)> {
     let mut out: Vec<(&'static str, String)> = l.problems().into_iter().map(|p| ("", p)).collect();
-    let caps = [
-        ("rpm", l.rpm),
-        ("tpm", l.tpm),
-        ("input_tpm", l.input_tpm),
-        ("output_tpm", l.output_tpm),
-        ("rpd", l.rpd),
-        ("max_concurrent", l.max_concurrent.map(u64::from)),
-    ];
-    for (name, cap) in caps {
+    for (name, cap) in l.caps() {
         if cap == Some(0) {
             out.push((name, format!("{name} 0 would refuse every request (leave it out for no limit)")));
         }
