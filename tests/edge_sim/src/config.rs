@@ -78,3 +78,9 @@ pub struct Partition {
     pub to_s: u64,
     pub fail_ms: u64,
 }
+
+impl Config {
+    pub fn named(self, name: &'static str) -> Self {
+        Config { name, ..self }
+    }
+}

@@ -97,6 +97,8 @@ pub struct Report {
     pub overloaded: u64,
     pub calls_mean_per_s: f64,
     pub calls_peak_per_s: u32,
+    /// The peak in the warm-up (every isolate starts cold).
+    pub calls_start_peak_per_s: u32,
     pub queue_p50_ms: f64,
     pub queue_p99_ms: f64,
     pub waited_pct: f64,
@@ -130,7 +132,7 @@ impl Report {
         let span =
             |v: &[u64], per: usize| v[warmup_s as usize * per..duration_s as usize * per].iter().sum::<u64>() as f64;
         let pct = |n: u64| 100.0 * n as f64 / rec.requests.max(1) as f64;
-        let seconds = duration_s as f64;
+        let steady = &rec.calls_per_s[warmup_s as usize..duration_s as usize];
         Report {
             name,
             unit,
@@ -148,8 +150,9 @@ impl Report {
             local_pct: pct(rec.local),
             fail_open: rec.fail_open,
             overloaded: rec.overloaded,
-            calls_mean_per_s: rec.calls_per_s[..duration_s as usize].iter().map(|&n| n as f64).sum::<f64>() / seconds,
-            calls_peak_per_s: rec.calls_per_s[..duration_s as usize].iter().copied().max().unwrap_or(0),
+            calls_mean_per_s: steady.iter().map(|&n| n as f64).sum::<f64>() / steady.len().max(1) as f64,
+            calls_peak_per_s: steady.iter().copied().max().unwrap_or(0),
+            calls_start_peak_per_s: rec.calls_per_s[..warmup_s as usize].iter().copied().max().unwrap_or(0),
             queue_p50_ms: percentile(&mut rec.queue_us, 50.0) as f64 / 1_000.0,
             queue_p99_ms: percentile(&mut rec.queue_us, 99.0) as f64 / 1_000.0,
             waited_pct: pct(rec.waited_ms.len() as u64),
@@ -159,12 +162,12 @@ impl Report {
         }
     }
 
-    pub const HEADER: &'static str = "| scenario | limit | isolates | requests | offered | over-admission max / p99 | minute max / p99 | utilisation | refused (false) | local | object calls/s mean / peak | queue p50 / p99 | waited | added p50 / p99 | est/real | fail-open / shed |\n\
+    pub const HEADER: &'static str = "| scenario | limit | isolates | requests | offered | over-admission max / p99 | minute max / p99 | utilisation | refused (false) | local | object calls/s mean / peak (cold start) | queue p50 / p99 | waited | added p50 / p99 | est/real | fail-open / shed |\n\
 |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|";
 
     pub fn row(&self) -> String {
         format!(
-            "| {} | {} {} | {} | {} | {:.0}% | {:.2}% / {:.2}% | {:.1}% / {:.1}% | {:.1}% | {:.2}% ({:.2}%) | {:.1}% | {:.0} / {} | {:.2} / {:.2} ms | {:.2}% | {} / {} ms | {:.1} | {} / {} |",
+            "| {} | {} {} | {} | {} | {:.0}% | {:.2}% / {:.2}% | {:.1}% / {:.1}% | {:.1}% | {:.2}% ({:.2}%) | {:.1}% | {:.0} / {} ({}) | {:.2} / {:.2} ms | {:.2}% | {} / {} ms | {:.1} | {} / {} |",
             self.name,
             group(self.limit),
             self.unit,
@@ -181,6 +184,7 @@ impl Report {
             self.local_pct,
             self.calls_mean_per_s,
             self.calls_peak_per_s,
+            self.calls_start_peak_per_s,
             self.queue_p50_ms,
             self.queue_p99_ms,
             self.waited_pct,

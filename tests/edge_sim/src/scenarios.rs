@@ -21,7 +21,8 @@ fn base(name: &'static str, seed: u64) -> Config {
         seed,
         locations: 100,
         isolates_per_location: 4,
-        isolate_life_s: 120.0,
+        // Busy isolates live long; a new deploy recycles them all (every run starts cold).
+        isolate_life_s: 600.0,
         rate_per_s: 1_000.0,
         batch_mean: 1.0,
         batch_gap_ms: 0.0,
@@ -57,11 +58,11 @@ pub fn scale(seed: u64) -> Config {
     }
 }
 
-/// (b) RPM 600 spread over 200 isolates, offered ~83 % of it in bursts (an agent's calls).
+/// (b) RPM 600 spread over 200 isolates, offered 95 % of it in bursts (an agent's calls).
 pub fn thin(seed: u64) -> Config {
     Config {
         locations: 50,
-        rate_per_s: 500.0 / 60.0,
+        rate_per_s: 570.0 / 60.0,
         batch_mean: 4.0,
         batch_gap_ms: 300.0,
         zipf: 0.5,
@@ -75,22 +76,22 @@ pub fn thin(seed: u64) -> Config {
 /// limit (the bucket, a minute's worth, runs dry near the end).
 pub fn burst(seed: u64) -> Config {
     Config {
-        rate_per_s: 900.0,
+        rate_per_s: 360.0,
         batch_mean: 2.0,
         batch_gap_ms: 100.0,
-        limits: rpm(60_000),
+        limits: rpm(24_000),
         burst: Some(Burst { location: 0, factor: 10.0, from_s: 60, to_s: 180 }),
         ..base("(c) 10× burst in one location", seed)
     }
 }
 
-/// (d) Offered twice the limit (the bucket is dry after a minute); the object restarts from its
-/// last write at 120 s, and location 1 cannot reach it from 180 s to 210 s (its calls fail after
-/// a second; the gateway fails open).
+/// (d) Offered 1.5× the limit (the bucket is dry after two minutes); the object restarts from
+/// its last write at 120 s, and location 1 cannot reach it from 180 s to 210 s (its calls fail
+/// after a second; the gateway fails open).
 pub fn faults(seed: u64) -> Config {
     Config {
-        rate_per_s: 2_000.0,
-        limits: rpm(60_000),
+        rate_per_s: 600.0,
+        limits: rpm(24_000),
         restart_at_s: Some(120),
         partition: Some(Partition { location: 1, from_s: 180, to_s: 210, fail_ms: 1_000 }),
         ..base("(d) restart + 30 s partition", seed)
@@ -100,7 +101,8 @@ pub fn faults(seed: u64) -> Config {
 /// (e) TPM-bound, estimates 5× the real usage (`max_tokens` 5,600 reserved, ~330 used).
 pub fn tokens(seed: u64) -> Config {
     Config {
-        limits: Limits { tpm: Some(50_000_000), ..Limits::default() },
+        rate_per_s: 300.0,
+        limits: Limits { tpm: Some(15_000_000), ..Limits::default() },
         tokens: Tokens { max_tokens: 5_600, ..CHAT },
         ..base("(e) TPM, estimates 5× usage", seed)
     }
@@ -109,14 +111,26 @@ pub fn tokens(seed: u64) -> Config {
 /// (e′) TPM-bound agents asking `max_tokens` 32,000, the output estimate learned per isolate.
 pub fn agents(seed: u64) -> Config {
     Config {
-        limits: Limits { tpm: Some(50_000_000), ..Limits::default() },
+        rate_per_s: 300.0,
+        limits: Limits { tpm: Some(15_000_000), ..Limits::default() },
         tokens: Tokens { max_tokens: 32_000, estimate: Estimate::Learned, ..CHAT },
         ..base("(e′) TPM, agents, learned estimate", seed)
     }
 }
 
+/// (a′) (a) with isolates living two minutes instead of ten: five times the cold starts.
+pub fn churn(seed: u64) -> Config {
+    Config { isolate_life_s: 120.0, ..scale(seed) }.named("(a′) 50k req/s, 2-min isolates")
+}
+
+/// (f) Past the object's ceiling: RPM 60,000 offered 2,000 req/s. At a saturated limit every
+/// admission goes through the object (admit and settle), which cannot serve 1,000 a second.
+pub fn ceiling(seed: u64) -> Config {
+    Config { rate_per_s: 2_000.0, limits: rpm(60_000), ..base("(f) saturated past the object's ceiling", seed) }
+}
+
 pub fn full(seed: u64) -> Vec<Config> {
-    vec![scale(seed), thin(seed), burst(seed), faults(seed), tokens(seed), agents(seed)]
+    vec![scale(seed), churn(seed), thin(seed), burst(seed), faults(seed), tokens(seed), agents(seed), ceiling(seed)]
 }
 
 /// A small run of `c`: `locations` locations and `duration_s`, the traffic scaled with the

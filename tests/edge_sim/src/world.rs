@@ -121,7 +121,10 @@ pub struct World {
     now_us: u64,
     seq: u64,
     events: BinaryHeap<Scheduled>,
+    /// Traffic and isolates' lives; `net` for round trips and the object's draws, so a policy
+    /// that sends more or fewer messages sees the same traffic.
     rng: Rng,
+    net: Rng,
     locations: Vec<Location>,
     /// Every isolate that ever lived; a slot points at its current one.
     isolates: Vec<Isolate>,
@@ -137,6 +140,7 @@ impl World {
     pub fn new(config: Config) -> Self {
         let mut rng = Rng::new(config.seed);
         let mut layout = rng.fork(1);
+        let net = rng.fork(2);
         let mut locations: Vec<Location> = (0..config.locations)
             .map(|rank| Location {
                 // One-way distances from the object's location: near metros to the far side of the world.
@@ -167,6 +171,7 @@ impl World {
             seq: 0,
             events: BinaryHeap::new(),
             rng,
+            net,
             locations,
             isolates,
             slots,
@@ -385,12 +390,27 @@ impl World {
             self.admitted_locally(isolate, request, local.ticket);
             return;
         }
+        let max_wait_ms = self.config.max_wait_ms;
+        if let Some((_code, _retry)) = self.isolates[isolate].ledger.held_off(DEP, max_wait_ms, now) {
+            if let Some(ask) = &decision.ask {
+                self.isolates[isolate].ledger.ask_lost(DEP, &ask.id);
+            }
+            self.refused(isolate, &request);
+            return;
+        }
+        if self.isolates[isolate].ledger.backing_off(DEP, now) {
+            if let Some(ask) = decision.ask {
+                self.send_lease(isolate, ask);
+            }
+            self.fail_open(isolate, request);
+            return;
+        }
         let tally = self.isolates[isolate].ledger.take_tally(DEP, now);
         let message = AdmitRequest {
             id: format!("r{}", request.id),
             limits: Some(limits),
             estimate: TokenUsage { input: request.need.input, output: request.need.output },
-            max_wait_ms: self.config.max_wait_ms,
+            max_wait_ms,
             lease: decision.ask.clone(),
             tally: tally.clone(),
             tenant: None,
@@ -420,7 +440,7 @@ impl World {
     }
 
     fn one_way_us(&mut self, location: usize) -> u64 {
-        (self.locations[location].rtt_ms / 2.0 * self.rng.uniform(0.9, 1.3) * 1_000.0) as u64
+        (self.locations[location].rtt_ms / 2.0 * self.net.uniform(0.9, 1.3) * 1_000.0) as u64
     }
 
     fn partitioned(&self, location: usize) -> Option<u64> {
@@ -446,7 +466,7 @@ impl World {
         };
         let (now, elapsed) = (self.now_ms(), self.elapsed_ms());
         self.recorder.call(elapsed, self.now_us - arrived);
-        let rand = self.rng.next_u64();
+        let rand = self.net.next_u64();
         let response = self.object.state.handle(&message, now, rand);
         if let (
             LimiterResponse::Admit(AdmitDecision::Admitted { start_after_ms, .. }),
@@ -513,6 +533,8 @@ impl World {
                         self.admitted_locally(isolate, request, local.ticket);
                         return;
                     }
+                    let max_wait_ms = self.config.max_wait_ms;
+                    self.isolates[isolate].ledger.room_refused(DEP, code, retry_after_ms, max_wait_ms, now);
                 }
                 self.refused(isolate, &request);
             }
@@ -552,18 +574,17 @@ impl World {
     /// The object could not be reached: what the message carried is kept for the next one, and
     /// an admit fails open.
     fn failed(&mut self, isolate: usize, pending: Pending) {
+        let now = self.now_ms();
         let ledger = &mut self.isolates[isolate].ledger;
+        ledger.unreachable(DEP, now);
         match pending {
             Pending::Admit { request, ask, tally } => {
                 ledger.restore_tally(DEP, tally);
                 if let Some(ask) = ask {
                     ledger.ask_lost(DEP, &ask.id);
                 }
-                self.recorder.fail_open += 1;
-                let tokens = request.real.input + request.real.output;
-                self.recorder.used(self.elapsed_ms(), tokens);
                 self.recorder.waited_ms.push(((self.now_us - request.arrival_us) / 1_000) as u32);
-                self.after_ms(request.duration_ms, Event::Finish { isolate, request, held: Held::Unlimited });
+                self.fail_open(isolate, request);
             }
             Pending::Lease { ask, tally } => {
                 ledger.restore_tally(DEP, tally);
@@ -571,6 +592,13 @@ impl World {
             }
             Pending::Settle { tally } | Pending::Report { tally } => ledger.restore_tally(DEP, tally),
         }
+    }
+
+    fn fail_open(&mut self, isolate: usize, request: Request) {
+        self.recorder.fail_open += 1;
+        let tokens = request.real.input + request.real.output;
+        self.recorder.used(self.elapsed_ms(), tokens);
+        self.after_ms(request.duration_ms, Event::Finish { isolate, request, held: Held::Unlimited });
     }
 
     fn admitted_locally(&mut self, isolate: usize, request: Request, ticket: Ticket) {

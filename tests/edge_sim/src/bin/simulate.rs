@@ -24,8 +24,16 @@ fn main() {
             config
         };
         let started = std::time::Instant::now();
-        let (report, _) = World::new(config).run();
+        let (report, mut world) = World::new(config).run();
         println!("{}", report.row());
-        eprintln!("{}: {:.1} s, fail-open {}", report.name, started.elapsed().as_secs_f64(), report.fail_open);
+        let now = world.now_ms();
+        let status = world.object().status(now);
+        eprintln!(
+            "{}: {:.1} s; object calls {:?}; leases {:?}",
+            report.name,
+            started.elapsed().as_secs_f64(),
+            status.calls,
+            status.leases.counts
+        );
     }
 }
