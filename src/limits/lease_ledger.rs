@@ -8,11 +8,13 @@
 //! - A request is admitted locally when a live slice covers it (1 request and its token
 //!   estimate in every limited bucket); otherwise it goes to the object as before, asking for a
 //!   lease in the same round trip.
-//! - A new lease is asked for ahead of running dry: when the slices will serve less than
-//!   [`RENEW_AHEAD_MS`] more at the current rate (the last second's, or in a burst the last
-//!   tenth's), for what a slice's life needs less what the slices will still serve. One ask in
-//!   flight at a time, and only once the isolate sees more than one request a second (below
-//!   that a lease would serve no one but the request that brought it).
+//! - A new lease is asked for ahead of running dry: when the slices will serve less than the
+//!   renew-ahead time (at least [`RENEW_AHEAD_MS`], more for a long round trip) at the current
+//!   rate (the last second's, or in a burst the last tenth's), for what a slice's life needs
+//!   less what the slices will still serve. One ask in flight at a time, and only for a rate
+//!   worth leasing; how much and when are `lease_policy`'s decisions.
+//! - A refusal for room is repeated locally for a moment, and a failed call backs off (fail
+//!   open without calling): both spare an object at its limit or overloaded.
 //! - Slices are used oldest first and only until [`EXPIRY_MARGIN_MS`] before their TTL ends;
 //!   drained or expired slices are handed back with what they did not use.
 //! - Local settles correct the slice's tokens; successes are counted for the breaker. A failure,
