@@ -9,17 +9,18 @@ use crate::endpoints::embeddings;
 use crate::endpoints::responses;
 use crate::http;
 use crate::http::error::ApiError;
+use crate::http::incoming::Incoming;
 use crate::idempotency;
 use crate::idempotency::gate::Entry;
 use crate::providers::passthrough::MessagesCall;
 use crate::support::clock::now_ms;
-use worker::{Context, Env, Method, Request, Response};
+use worker::{Context, Env, Method, Response};
 
-pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
+pub async fn handle(req: Incoming, env: Env, ctx: Context) -> Response {
     let request_id = new_request_id();
     let started_ms = now_ms();
-    let path = req.path();
-    let method = req.method();
+    let path = req.path.clone();
+    let method = req.method.clone();
     // The Messages door answers in Anthropic's format, errors included.
     let messages_call = match path.as_str() {
         "/v1/messages" => Some(MessagesCall::Create),
@@ -38,28 +39,28 @@ pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
     }
     let result = match (method.clone(), path.as_str()) {
         (Method::Get, "/admin/status") => admin::status(&req, &env, started_ms).await,
-        (Method::Get, "/healthz") => http::io::json_response(200, br#"{"status":"ok"}"#.to_vec()),
+        (Method::Get, "/healthz") => endpoints::health::healthz(&env, started_ms).await,
         (Method::Get, "/v1/models") => match auth::authenticate(&req, &env, &request_id, started_ms).await {
             Ok(rc) => endpoints::models::list(&rc, &env).await,
             Err(e) => Err(e),
         },
         (Method::Post, "/v1/chat/completions") => match auth::authenticate(&req, &env, &request_id, started_ms).await {
-            Ok(rc) => match http::io::read_body(&mut req).await {
-                Ok(body) => idempotent(&req, rc, body, &env, &ctx, Door::Chat).await,
+            Ok(rc) => match http::io::read_body(&req).await {
+                Ok(body) => idempotent(rc, body, &env, &ctx, Door::Chat).await,
                 Err(e) => Err(e),
             },
             Err(e) => Err(e),
         },
         (Method::Post, "/v1/responses") => match auth::authenticate(&req, &env, &request_id, started_ms).await {
-            Ok(rc) => match http::io::read_body(&mut req).await {
-                Ok(body) => idempotent(&req, rc, body, &env, &ctx, Door::Responses).await,
+            Ok(rc) => match http::io::read_body(&req).await {
+                Ok(body) => idempotent(rc, body, &env, &ctx, Door::Responses).await,
                 Err(e) => Err(e),
             },
             Err(e) => Err(e),
         },
         (Method::Post, "/v1/responses/input_tokens") => {
             match auth::authenticate(&req, &env, &request_id, started_ms).await {
-                Ok(rc) => match http::io::read_body(&mut req).await {
+                Ok(rc) => match http::io::read_body(&req).await {
                     Ok(body) => responses::input_tokens(rc, body, &env, &ctx).await,
                     Err(e) => Err(e),
                 },
@@ -68,7 +69,7 @@ pub async fn handle(mut req: Request, env: Env, ctx: Context) -> Response {
         }
         (Method::Get, p) if p.starts_with("/v1/responses/") => Err(responses::not_stored()),
         (Method::Post, "/v1/embeddings") => match auth::authenticate(&req, &env, &request_id, started_ms).await {
-            Ok(rc) => match http::io::read_body(&mut req).await {
+            Ok(rc) => match http::io::read_body(&req).await {
                 Ok(body) => embeddings::create(rc, body, &env, &ctx).await,
                 Err(e) => Err(e),
             },
@@ -103,14 +104,13 @@ async fn door(door: Door, rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Co
 }
 
 async fn idempotent(
-    req: &Request,
     rc: RequestContext,
     body: Vec<u8>,
     env: &Env,
     ctx: &Context,
     which: Door,
 ) -> Result<Response, ApiError> {
-    match idempotency::gate::enter(req, env, &rc.key.tenant, &rc.request_id, &body).await? {
+    match idempotency::gate::enter(&rc, env, &body).await? {
         Entry::Open => door(which, rc, body, env, ctx).await,
         Entry::Replay(response) => Ok(response),
         Entry::Proceed(claim) => claim.finish(door(which, rc, body, env, ctx).await).await,

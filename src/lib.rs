@@ -6,11 +6,11 @@
 //!
 //! Pure (no `worker` APIs at run time, tested natively): `canonical`, `config` (the documents;
 //! `store` and the `price_table`/`budget_table` loaders read KV),
-//! `providers`, `usage` (but `queue`), `cache::{key, policy, assembly}`, `idempotency` (the key
+//! `providers`, `usage` (but `queue`, `dead_letter`), `cache::{key, policy, assembly}`, `idempotency` (the key
 //! and body rules), `limits::{lease_ledger, refusal}`, `pipeline::{plan, gate, retry, decision_log,
 //! step}`, `http::{error, codes, sse}`, `support::redact`. The platform shell: `gateway`,
 //! `endpoints`, `auth`, `config::store`, `cache::store`, `idempotency::gate`, `limits::{admission,
-//! budget}`, `pipeline::{run, stream, upstream, report, attempt}`, `usage::queue`, `http::io`,
+//! budget}`, `pipeline::{run, stream, upstream, report, attempt}`, `usage::{queue, dead_letter}`, `http::io`,
 //! `support::{clock, log}`.
 
 pub mod auth;
@@ -31,7 +31,7 @@ pub use limiter::budget::TenantBudget;
 pub use limiter::idempotency::IdempotencyStore;
 pub use limiter::DeploymentLimiter;
 
-use worker::{event, Context, Env, Request, Response, Result};
+use worker::{event, Context, Env, Response, Result};
 
 #[event(start)]
 fn start() {
@@ -39,13 +39,19 @@ fn start() {
 }
 
 #[event(fetch)]
-async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
-    Ok(gateway::handle(req, env, ctx).await)
+async fn fetch(req: worker::web_sys::Request, env: Env, ctx: Context) -> Result<Response> {
+    // The runtime's own request, read once (`http::incoming`), not worker's wrapper.
+    Ok(gateway::handle(http::incoming::Incoming::new(req), env, ctx).await)
 }
 
-/// The usage queue's consumer: each batch becomes NDJSON objects in R2.
+/// The usage queue's consumer (each batch becomes NDJSON objects in R2) and its dead-letter
+/// queue's consumer (redelivers and parks what the first could not store).
 #[event(queue)]
 async fn queue(batch: worker::MessageBatch<String>, env: Env, _ctx: Context) -> Result<()> {
-    usage::queue::consume(&batch, &env).await;
+    if usage::dead_letter::is_dead_letter_queue(&batch.queue()) {
+        usage::dead_letter::consume(&batch, &env).await;
+    } else {
+        usage::queue::consume(&batch, &env).await;
+    }
     Ok(())
 }

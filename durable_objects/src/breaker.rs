@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
-use crate::types::{Outcome, RejectCode, Rejection};
+use crate::types::{FaultReason, Outcome, RejectCode, Rejection};
 
 /// When the single probe's slot frees is unknown (it frees on settle); ask again after this.
 pub const PROBE_RETRY_MS: u64 = 1_000;
@@ -20,6 +20,9 @@ pub struct BreakerConfig {
     pub open_ms: u64,
     /// After closing, each step lets only `pct`% of admissions through for `ms`; then 100%.
     pub ramp: Vec<RampStep>,
+    /// On unless switched off on purpose (`"breaker": {"enabled": false}`): a deployment without
+    /// a breaker keeps being sent requests however it fails.
+    pub enabled: bool,
 }
 
 impl Default for BreakerConfig {
@@ -28,6 +31,7 @@ impl Default for BreakerConfig {
             trip: Trip::default(),
             open_ms: 30_000,
             ramp: vec![RampStep { pct: 20, ms: 10_000 }, RampStep { pct: 50, ms: 10_000 }],
+            enabled: true,
         }
     }
 }
@@ -63,6 +67,25 @@ pub enum BreakerState {
     HalfOpen,
 }
 
+/// What opened the breaker last: counted failures under its trip rule, or a fault of the
+/// deployment's own configuration (which opens it at once).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TripCause {
+    Failures,
+    Fault(FaultReason),
+}
+
+impl TripCause {
+    /// The reason code `/admin/status` shows.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TripCause::Failures => "failures",
+            TripCause::Fault(reason) => reason.as_str(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "s", rename_all = "snake_case")]
 enum Phase {
@@ -94,6 +117,10 @@ pub struct BreakerStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub probe: Option<String>,
     pub ramp_pct: u8,
+    /// Why it opened (`failures`, `vendor_auth`, `model_not_found`, `missing_credential`),
+    /// kept until a probe closes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     pub consecutive_failures: u32,
     pub window_ok: u32,
     pub window_failed: u32,
@@ -111,11 +138,20 @@ pub struct Breaker {
     failures: u32,
     #[serde(default)]
     window: Window,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cause: Option<TripCause>,
 }
 
 impl Default for Breaker {
     fn default() -> Self {
-        Breaker { phase: Phase::Closed, probe: None, ramp_from_ms: None, failures: 0, window: Window::default() }
+        Breaker {
+            phase: Phase::Closed,
+            probe: None,
+            ramp_from_ms: None,
+            failures: 0,
+            window: Window::default(),
+            cause: None,
+        }
     }
 }
 
@@ -155,6 +191,9 @@ impl Breaker {
 
     /// Whether an admission may go ahead; `rand` decides ramp sampling.
     pub fn check(&mut self, cfg: &BreakerConfig, now_ms: u64, rand: u64) -> Result<BreakerPass, Rejection> {
+        if !cfg.enabled {
+            return Ok(BreakerPass::Pass);
+        }
         self.advance(cfg, now_ms);
         match self.phase {
             Phase::Open { until_ms } => {
@@ -178,6 +217,9 @@ impl Breaker {
 
     /// Whether the isolates may admit on their own: only when closed and fully ramped up.
     pub fn lease_gate(&mut self, cfg: &BreakerConfig, now_ms: u64) -> Result<(), Rejection> {
+        if !cfg.enabled {
+            return Ok(());
+        }
         self.advance(cfg, now_ms);
         match self.phase {
             Phase::Open { until_ms } => {
@@ -197,7 +239,7 @@ impl Breaker {
     /// while closed: outcomes of requests admitted before a trip change nothing.
     pub fn record_successes(&mut self, cfg: &BreakerConfig, n: u64, now_ms: u64) {
         self.advance(cfg, now_ms);
-        if n > 0 && self.phase == Phase::Closed {
+        if n > 0 && self.phase == Phase::Closed && cfg.enabled {
             self.failures = 0;
             self.window.add_n(cfg, now_ms, n, 0);
         }
@@ -222,6 +264,9 @@ impl Breaker {
     /// Feeds the outcome of reservation `id`. While open, and while half-open for anything but
     /// the probe, outcomes are of requests admitted before the trip and change nothing.
     pub fn record(&mut self, cfg: &BreakerConfig, id: &str, outcome: &Outcome, now_ms: u64) {
+        if !cfg.enabled {
+            return;
+        }
         self.advance(cfg, now_ms);
         match self.phase {
             Phase::Open { .. } => {}
@@ -233,8 +278,12 @@ impl Breaker {
                 Outcome::Failure => {
                     self.count_failure(cfg, now_ms);
                     if self.tripped(cfg, now_ms) {
-                        self.open(cfg, now_ms);
+                        self.open(cfg, now_ms, TripCause::Failures);
                     }
+                }
+                Outcome::Fault { reason } => {
+                    self.count_failure(cfg, now_ms);
+                    self.open(cfg, now_ms, TripCause::Fault(*reason));
                 }
                 Outcome::RateLimited { .. } | Outcome::QuotaExhausted | Outcome::Neutral => {}
             },
@@ -244,10 +293,17 @@ impl Breaker {
                     Outcome::Success => self.close(now_ms),
                     Outcome::Failure => {
                         self.count_failure(cfg, now_ms);
-                        self.open(cfg, now_ms);
+                        self.open(cfg, now_ms, TripCause::Failures);
+                    }
+                    Outcome::Fault { reason } => {
+                        self.count_failure(cfg, now_ms);
+                        self.open(cfg, now_ms, TripCause::Fault(*reason));
                     }
                     // "Slow down" says nothing about health: back to open, history kept, not counted.
-                    Outcome::RateLimited { .. } => self.open(cfg, now_ms),
+                    Outcome::RateLimited { .. } => {
+                        let cause = self.cause.unwrap_or(TripCause::Failures);
+                        self.open(cfg, now_ms, cause)
+                    }
                     // Inconclusive: the next admission becomes the probe.
                     Outcome::QuotaExhausted | Outcome::Neutral => {}
                 }
@@ -269,6 +325,7 @@ impl Breaker {
                 Phase::Closed => self.ramp(cfg, now_ms).map_or(100, |(pct, _)| pct),
                 _ => 0,
             },
+            reason: self.cause.map(|c| c.as_str().to_string()),
             consecutive_failures: self.failures,
             window_ok,
             window_failed,
@@ -291,8 +348,9 @@ impl Breaker {
         }
     }
 
-    fn open(&mut self, cfg: &BreakerConfig, now_ms: u64) {
+    fn open(&mut self, cfg: &BreakerConfig, now_ms: u64, cause: TripCause) {
         self.phase = Phase::Open { until_ms: now_ms.saturating_add(cfg.open_ms) };
+        self.cause = Some(cause);
         self.probe = None;
         self.ramp_from_ms = None;
     }
@@ -302,6 +360,7 @@ impl Breaker {
         self.phase = Phase::Closed;
         self.failures = 0;
         self.window = Window::default();
+        self.cause = None;
         self.ramp_from_ms = Some(now_ms);
     }
 
@@ -389,7 +448,7 @@ mod tests {
     use super::*;
 
     fn consecutive(failures: u32) -> BreakerConfig {
-        BreakerConfig { trip: Trip::Consecutive { failures }, open_ms: 1_000, ramp: vec![] }
+        BreakerConfig { trip: Trip::Consecutive { failures }, open_ms: 1_000, ramp: vec![], enabled: true }
     }
 
     fn error_rate() -> BreakerConfig {
@@ -397,6 +456,7 @@ mod tests {
             trip: Trip::ErrorRate { window_ms: 10_000, min_samples: 4, threshold_pct: 50 },
             open_ms: 1_000,
             ramp: vec![],
+            enabled: true,
         }
     }
 
@@ -416,6 +476,49 @@ mod tests {
         fail(&mut b, &cfg, 0);
         assert_eq!(b.state(), BreakerState::Open);
         (b, cfg)
+    }
+
+    #[test]
+    fn a_fault_opens_at_once_with_its_reason_until_a_probe_closes() {
+        let cfg = consecutive(5);
+        let mut b = Breaker::default();
+        fail(&mut b, &cfg, 0);
+        let fault = Outcome::Fault { reason: FaultReason::VendorAuth };
+        b.record(&cfg, "x", &fault, 10);
+        assert_eq!(b.state(), BreakerState::Open, "one vendor 401 is enough");
+        let status = b.status(&cfg, 10);
+        assert_eq!((status.reason.as_deref(), status.consecutive_failures), (Some("vendor_auth"), 2));
+        assert_eq!(b.check(&cfg, 1_010, 0), Ok(BreakerPass::Probe));
+        assert_eq!(b.status(&cfg, 1_010).reason.as_deref(), Some("vendor_auth"), "kept while half-open");
+        b.begin_probe("p", 5_000);
+        let missing = Outcome::Fault { reason: FaultReason::ModelNotFound };
+        b.record(&cfg, "p", &missing, 1_020);
+        assert_eq!(b.status(&cfg, 1_020).reason.as_deref(), Some("model_not_found"), "the probe's fault");
+        assert_eq!(b.check(&cfg, 2_020, 0), Ok(BreakerPass::Probe));
+        b.begin_probe("q", 5_000);
+        b.record(&cfg, "q", &Outcome::Success, 2_030);
+        assert_eq!((b.state(), b.status(&cfg, 2_030).reason), (BreakerState::Closed, None));
+    }
+
+    #[test]
+    fn failures_trip_with_reason_failures_and_a_fault_while_open_changes_nothing() {
+        let (mut b, cfg) = tripped();
+        assert_eq!(b.status(&cfg, 0).reason.as_deref(), Some("failures"));
+        b.record(&cfg, "x", &Outcome::Fault { reason: FaultReason::MissingCredential }, 10);
+        assert_eq!(b.status(&cfg, 10).reason.as_deref(), Some("failures"), "admitted before the trip");
+        let snapshot = serde_json::to_string(&b).unwrap();
+        assert_eq!(serde_json::from_str::<Breaker>(&snapshot).unwrap(), b, "the cause survives a reload");
+    }
+
+    #[test]
+    fn a_breaker_switched_off_passes_everything_and_learns_nothing() {
+        let cfg = BreakerConfig { enabled: false, ..consecutive(1) };
+        let mut b = Breaker::default();
+        fail(&mut b, &cfg, 0);
+        b.record(&cfg, "x", &Outcome::Fault { reason: FaultReason::VendorAuth }, 1);
+        assert_eq!((b.state(), b.status(&cfg, 1).consecutive_failures), (BreakerState::Closed, 0));
+        assert_eq!(b.check(&cfg, 2, 0), Ok(BreakerPass::Pass));
+        assert_eq!(b.lease_gate(&cfg, 2), Ok(()));
     }
 
     #[test]

@@ -66,10 +66,16 @@ pub fn grant_size(want: Amounts, rooms: &[(BucketKind, u64)]) -> (Amounts, Optio
     (size, binding)
 }
 
-/// How long a lease of `size` lives, given the capacities of the deployment's buckets.
+/// How long a lease of `size` lives, given the capacities of the deployment's buckets. A lease
+/// of a deployment without buckets (the breaker's word only) keeps the short life, so a trip
+/// reaches every isolate as soon as before.
 pub fn lease_ttl(size: Amounts, capacities: impl IntoIterator<Item = (BucketKind, u64)>) -> u64 {
-    let small = capacities.into_iter().all(|(kind, capacity)| size.get(kind) <= capacity / HOT_SHARE_DIVISOR);
-    if small {
+    let mut any = false;
+    let small = capacities.into_iter().all(|(kind, capacity)| {
+        any = true;
+        size.get(kind) <= capacity / HOT_SHARE_DIVISOR
+    });
+    if any && small {
         HOT_LEASE_TTL_MS
     } else {
         LEASE_TTL_MS
@@ -175,6 +181,7 @@ mod tests {
         assert_eq!(lease_ttl(size, [(Rpm, 9_999), (Tpm, 5_000_000)]), LEASE_TTL_MS);
         assert_eq!(lease_ttl(size, [(Rpm, 1_000_000), (Tpm, 4_999_999)]), LEASE_TTL_MS, "every bucket");
         assert_eq!(lease_ttl(size, [(Rpm, 1_000_000), (Rpd, 5_000)]), LEASE_TTL_MS);
+        assert_eq!(lease_ttl(size, []), LEASE_TTL_MS, "no buckets: the breaker's lease stays short");
     }
 
     #[test]

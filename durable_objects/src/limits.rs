@@ -54,6 +54,17 @@ impl Default for Limits {
 }
 
 impl Limits {
+    /// Whether any bucket limits this deployment (a limiter with none only guards its health).
+    pub fn has_buckets(&self) -> bool {
+        BucketKind::ALL.iter().any(|k| k.capacity(self).is_some())
+    }
+
+    /// Whether a limiter object has anything to enforce: a bucket, in-flight or fair-share
+    /// limits, or the breaker. Without, the deployment costs no limiter call at all.
+    pub fn enforces_anything(&self) -> bool {
+        self.has_buckets() || self.max_concurrent.is_some() || self.fair_share.is_some() || self.breaker.enabled
+    }
+
     /// Problems an admin should fix before uploading the route table.
     pub fn problems(&self) -> Vec<String> {
         let mut found = Vec::new();

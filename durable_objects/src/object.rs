@@ -6,11 +6,12 @@
 use std::cell::Cell;
 
 use serde::Serialize;
-use worker::{console_error, Date, Response, Result, Storage};
+use worker::{console_error, Response, Result, Storage};
 
 /// The runtime's clock, in milliseconds since the Unix epoch (the state machines take it as input).
 pub fn now_ms() -> u64 {
-    Date::now().as_millis()
+    // `Date.now()` itself: worker's `Date::now()` builds a JS Date object to read it.
+    worker::js_sys::Date::now() as u64
 }
 
 /// A JSON answer with `status`.

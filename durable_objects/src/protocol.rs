@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use crate::breaker::{BreakerState, BreakerStatus};
 use crate::leases::{Calls, LeaseStatus};
 use crate::limits::{Amounts, BucketKind, Delta, Limits};
-pub use crate::types::{BucketStatus, Outcome, Pause, PauseReason, RejectCode};
+pub use crate::types::{BucketStatus, FaultReason, Outcome, Pause, PauseReason, RejectCode};
 
 /// Durable Objects ignore the host; the path is kept for logs and future routing.
 pub const OBJECT_URL: &str = "https://limiter.internal/v1";

@@ -21,6 +21,33 @@ pub enum Outcome {
     QuotaExhausted,
     /// 4xx caused by the request itself: not the deployment's fault.
     Neutral,
+    /// The deployment's own credential or configuration is wrong (vendor 401/403, unknown
+    /// model, no secret bound): retrying cannot help, so the breaker opens at once.
+    Fault {
+        reason: FaultReason,
+    },
+}
+
+/// Why a deployment is faulty rather than failing now and then; `/admin/status` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FaultReason {
+    /// The vendor refused the gateway's key for this deployment (401/403).
+    VendorAuth,
+    /// The vendor does not know the deployment's model (or URL).
+    ModelNotFound,
+    /// The secret the deployment names is not bound in this worker.
+    MissingCredential,
+}
+
+impl FaultReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FaultReason::VendorAuth => "vendor_auth",
+            FaultReason::ModelNotFound => "model_not_found",
+            FaultReason::MissingCredential => "missing_credential",
+        }
+    }
 }
 
 /// A refusal inside the limiter: which limit, and when to ask again.

@@ -8,6 +8,8 @@ export PATH="$ROOT/node_modules/.bin:$HOME/.cargo/bin:$PATH"
 # worker-build would download these; point it at the installed copies instead.
 export WASM_BINDGEN_BIN="$HOME/.cargo/bin/wasm-bindgen"
 export ESBUILD_BIN="$ROOT/node_modules/@esbuild/linux-x64/bin/esbuild"
+# wasm-opt from the pinned npm package binaryen (package.json), so the release build never downloads it.
+export WASM_OPT_BIN="$ROOT/node_modules/.bin/wasm-opt"
 export WRANGLER_SEND_METRICS=false
 export CLOUDFLARE_CF_FETCH_ENABLED=false
 export WRANGLER_LOG_SANITIZE=true

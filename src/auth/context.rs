@@ -1,6 +1,7 @@
 //! What the gateway knows about one client request once its key is accepted.
 
 use crate::config::keys::KeyRecord;
+use crate::http::header_map::HeaderMap;
 use crate::support::clock::now_ms;
 use std::rc::Rc;
 use worker::Env;
@@ -25,7 +26,9 @@ pub struct RequestContext {
     pub tags: Option<String>,
     pub cache_control: Option<String>,
     /// `x-gateway-cache-ttl`: seconds, bounded by the route's `cache.max_ttl_s`.
-    pub cache_ttl: Option<String>,
+    pub cache_ttl_s: Option<u64>,
+    /// The request's headers, read once.
+    pub headers: HeaderMap,
 }
 
 pub fn random_u64() -> u64 {
@@ -42,8 +45,8 @@ pub const BATCH_MAX_WAIT_MS: u64 = 30_000;
 pub const MAX_WAIT_CAP_MS: u64 = 60_000;
 
 /// The wait cap from `x-gateway-priority` and an explicit `x-gateway-max-wait-ms` (bounded).
-pub fn max_wait_ms(priority: Option<&str>, explicit: Option<&str>) -> u64 {
-    if let Some(ms) = explicit.and_then(|v| v.trim().parse::<u64>().ok()) {
+pub fn max_wait_ms(priority: Option<&str>, explicit: Option<u64>) -> u64 {
+    if let Some(ms) = explicit {
         return ms.min(MAX_WAIT_CAP_MS);
     }
     match priority.map(str::trim) {
@@ -86,8 +89,7 @@ mod tests {
         assert_eq!(max_wait_ms(None, None), INTERACTIVE_MAX_WAIT_MS);
         assert_eq!(max_wait_ms(Some("batch"), None), BATCH_MAX_WAIT_MS);
         assert_eq!(max_wait_ms(Some("interactive"), None), INTERACTIVE_MAX_WAIT_MS);
-        assert_eq!(max_wait_ms(Some("batch"), Some("0")), 0);
-        assert_eq!(max_wait_ms(None, Some("999999")), MAX_WAIT_CAP_MS);
-        assert_eq!(max_wait_ms(None, Some("soon")), INTERACTIVE_MAX_WAIT_MS);
+        assert_eq!(max_wait_ms(Some("batch"), Some(0)), 0);
+        assert_eq!(max_wait_ms(None, Some(999_999)), MAX_WAIT_CAP_MS);
     }
 }

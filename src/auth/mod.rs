@@ -1,20 +1,30 @@
 //! Authentication: the bearer (or `x-api-key`) key checked against its KV record, and what the gateway then knows
 //! about the request.
 
+pub mod admin_guard;
 pub mod context;
+pub mod headers;
 
 use crate::auth::context::RequestContext;
+use crate::auth::headers::NumericHeaders;
 use crate::config;
 use crate::config::keys::{self, KeyRefusal};
 use crate::http::codes;
 use crate::http::error::ApiError;
-use worker::{Env, Request};
+use crate::http::incoming::Incoming;
+use worker::Env;
 
 /// The bearer key checked against its KV record; the request's context once it is accepted.
-pub async fn authenticate(req: &Request, env: &Env, request_id: &str, now_ms: u64) -> Result<RequestContext, ApiError> {
-    let header = req.headers().get("authorization").ok().flatten();
+pub async fn authenticate(
+    req: &Incoming,
+    env: &Env,
+    request_id: &str,
+    now_ms: u64,
+) -> Result<RequestContext, ApiError> {
+    let headers = req.headers.clone();
+    let header = headers.get_owned("authorization");
     // Anthropic's SDKs send the key as `x-api-key`; `Authorization: Bearer` wins when both are set.
-    let api_key = req.headers().get("x-api-key").ok().flatten();
+    let api_key = headers.get_owned("x-api-key");
     let secret = keys::bearer(header.as_deref())
         .or_else(|| api_key.as_deref().map(str::trim).filter(|k| !k.is_empty()))
         .ok_or_else(ApiError::missing_key)?;
@@ -34,9 +44,9 @@ pub async fn authenticate(req: &Request, env: &Env, request_id: &str, now_ms: u6
         }
         Err(_) => return Err(ApiError::invalid_key()),
     }
-    let header = |name: &str| req.headers().get(name).ok().flatten();
-    let max_wait_ms =
-        context::max_wait_ms(header("x-gateway-priority").as_deref(), header("x-gateway-max-wait-ms").as_deref());
+    let header = |name: &str| headers.get_owned(name);
+    let numbers = NumericHeaders::read(header)?;
+    let max_wait_ms = context::max_wait_ms(header("x-gateway-priority").as_deref(), numbers.max_wait_ms);
     let non_empty = |v: Option<String>| v.map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
     Ok(RequestContext {
         request_id: request_id.to_string(),
@@ -46,10 +56,11 @@ pub async fn authenticate(req: &Request, env: &Env, request_id: &str, now_ms: u6
         max_wait_ms,
         task: non_empty(header("x-gateway-task")),
         session_id: non_empty(header("x-session-id")),
-        timeout_override_ms: header("x-gateway-timeout-ms").and_then(|v| v.trim().parse().ok()),
+        timeout_override_ms: numbers.timeout_ms,
         random: context::random_u64(),
         tags: header("x-gateway-tags"),
         cache_control: header("cache-control"),
-        cache_ttl: header("x-gateway-cache-ttl"),
+        cache_ttl_s: numbers.cache_ttl_s,
+        headers,
     })
 }

@@ -1,9 +1,42 @@
 //! Rebuilds a `chat.completion` from the OpenAI SSE chunks a client received, so a streamed
 //! answer can be stored in the response cache like a JSON one.
 
+use crate::cache::message::MessageAssembler;
+use crate::cache::AnswerFormat;
 use crate::http::sse::SseParser;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
+
+/// Rebuilds a streamed answer in its door's format.
+pub enum Assembler {
+    Chat(StreamAssembler),
+    Message(MessageAssembler),
+}
+
+impl Assembler {
+    pub fn new(format: AnswerFormat) -> Self {
+        match format {
+            AnswerFormat::ChatCompletion => Assembler::Chat(StreamAssembler::new()),
+            AnswerFormat::Message => Assembler::Message(MessageAssembler::new()),
+        }
+    }
+
+    /// Feeds bytes exactly as they were sent to the client.
+    pub fn feed(&mut self, bytes: &[u8]) {
+        match self {
+            Assembler::Chat(a) => a.feed(bytes),
+            Assembler::Message(a) => a.feed(bytes),
+        }
+    }
+
+    /// The rebuilt answer, only for a stream that ended cleanly.
+    pub fn finish(self) -> Option<String> {
+        match self {
+            Assembler::Chat(a) => a.finish(),
+            Assembler::Message(a) => a.finish(),
+        }
+    }
+}
 
 #[derive(Default)]
 struct ToolCall {
@@ -45,7 +78,7 @@ impl StreamAssembler {
             self.done = true;
             return;
         }
-        let Ok(chunk) = serde_json::from_str::<Value>(data) else {
+        let Ok(chunk) = crate::support::lone_surrogates::parse::<Value>(data, "relayed chunk") else {
             self.broken = true;
             return;
         };

@@ -17,8 +17,8 @@ pub struct RequestFacts<'a> {
     /// The prompt text the skip patterns are matched against (see [`prompt_text`]).
     pub text: &'a str,
     pub cache_control: Option<&'a str>,
-    /// The `x-gateway-cache-ttl` header, seconds.
-    pub ttl_header: Option<&'a str>,
+    /// The `x-gateway-cache-ttl` header, seconds (checked by `auth::headers`).
+    pub ttl_s: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,8 +63,7 @@ pub fn decide(policy: &CachePolicy, facts: &RequestFacts) -> CacheDecision {
         }
     }
     let max = policy.max_ttl_s.max(1);
-    let asked = facts.ttl_header.and_then(|h| h.trim().parse::<u64>().ok());
-    let ttl_s = asked.map_or(policy.ttl_s, |s| s.min(u32::MAX as u64) as u32).clamp(1, max);
+    let ttl_s = facts.ttl_s.map_or(policy.ttl_s, |s| s.min(u32::MAX as u64) as u32).clamp(1, max);
     if directives.no_cache {
         CacheDecision::Refresh { ttl_s }
     } else {
@@ -276,7 +275,7 @@ mod tests {
     }
 
     fn facts(text: &str) -> RequestFacts<'_> {
-        RequestFacts { temperature: Some(0.0), text, cache_control: None, ttl_header: None }
+        RequestFacts { temperature: Some(0.0), text, cache_control: None, ttl_s: None }
     }
 
     fn skip(reason: &'static str) -> CacheDecision {
@@ -349,15 +348,12 @@ mod tests {
 
     #[test]
     fn ttl_header_is_clamped_to_route_bounds() {
-        let with_ttl = |h: &'static str| decide(&on(), &RequestFacts { ttl_header: Some(h), ..facts("hi") });
-        assert_eq!(with_ttl("120"), CacheDecision::Lookup { ttl_s: 120 });
-        assert_eq!(with_ttl(" 90 "), CacheDecision::Lookup { ttl_s: 90 });
-        assert_eq!(with_ttl("0"), CacheDecision::Lookup { ttl_s: 1 });
-        assert_eq!(with_ttl("999999"), CacheDecision::Lookup { ttl_s: 3_600 });
-        assert_eq!(with_ttl("99999999999999999999"), CacheDecision::Lookup { ttl_s: 600 });
-        assert_eq!(with_ttl("-5"), CacheDecision::Lookup { ttl_s: 600 });
-        assert_eq!(with_ttl("soon"), CacheDecision::Lookup { ttl_s: 600 });
-        let refresh = RequestFacts { ttl_header: Some("30"), cache_control: Some("no-cache"), ..facts("hi") };
+        let with_ttl = |s: u64| decide(&on(), &RequestFacts { ttl_s: Some(s), ..facts("hi") });
+        assert_eq!(with_ttl(120), CacheDecision::Lookup { ttl_s: 120 });
+        assert_eq!(with_ttl(0), CacheDecision::Lookup { ttl_s: 1 });
+        assert_eq!(with_ttl(999_999), CacheDecision::Lookup { ttl_s: 3_600 });
+        assert_eq!(with_ttl(u64::MAX), CacheDecision::Lookup { ttl_s: 3_600 });
+        let refresh = RequestFacts { ttl_s: Some(30), cache_control: Some("no-cache"), ..facts("hi") };
         assert_eq!(decide(&on(), &refresh), CacheDecision::Refresh { ttl_s: 30 });
         let misconfigured = CachePolicy { ttl_s: 10_000, max_ttl_s: 0, ..on() };
         assert_eq!(decide(&misconfigured, &facts("hi")), CacheDecision::Lookup { ttl_s: 1 });
@@ -403,8 +399,7 @@ mod tests {
 
     #[test]
     fn rules_apply_in_order() {
-        let all =
-            RequestFacts { temperature: Some(1.0), text: "today", cache_control: Some("no-store"), ttl_header: None };
+        let all = RequestFacts { temperature: Some(1.0), text: "today", cache_control: Some("no-store"), ttl_s: None };
         assert_eq!(decide(&CachePolicy::default(), &all), skip("disabled"));
         assert_eq!(decide(&on(), &all), skip("no_store"));
         assert_eq!(decide(&on(), &RequestFacts { cache_control: None, ..all }), skip("temperature"));

@@ -4,11 +4,31 @@ use crate::auth::context::RequestContext;
 use crate::cache;
 use crate::cache::key::cache_key;
 use crate::cache::policy::{CacheDecision, CachePolicy, CachedAnswer, RequestFacts};
+use crate::cache::AnswerFormat;
+use crate::canonical::usage::Usage;
 use crate::canonical::ChatRequest;
 use serde_json::Value;
 use worker::Env;
 
 pub const CACHE_BINDING: &str = "CACHE";
+
+/// Where a fresh upstream answer goes, if the cache may keep it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheSlot {
+    pub key: String,
+    pub ttl_s: u32,
+    pub format: AnswerFormat,
+}
+
+impl CacheSlot {
+    /// The entry for `body`, when it is a complete answer the cache may keep.
+    pub fn entry(&self, body: &str, usage: Option<Usage>, deployment: &str, now_ms: u64) -> Option<CachedAnswer> {
+        let value = serde_json::from_str::<Value>(body).ok()?;
+        self.format
+            .storable(&value)
+            .then(|| CachedAnswer::new(body.to_string(), usage, deployment.to_string(), now_ms, self.ttl_s))
+    }
+}
 
 /// What the cache decided for one request, and the key it uses.
 pub struct CacheUse {
@@ -20,21 +40,54 @@ impl CacheUse {
     /// `route` is [`cache::key::route_scope`] of what the request resolved to.
     pub fn decide(policy: &CachePolicy, chat: &ChatRequest, rc: &RequestContext, route: &str, body: &[u8]) -> CacheUse {
         if !policy.enabled {
-            return CacheUse { decision: CacheDecision::Skip { reason: "disabled" }, key: None };
+            return CacheUse::disabled();
         }
         let text = cache::policy::prompt_text(chat);
         let facts = RequestFacts {
             temperature: chat.temperature,
             text: &text,
             cache_control: rc.cache_control.as_deref(),
-            ttl_header: rc.cache_ttl.as_deref(),
+            ttl_s: rc.cache_ttl_s,
         };
-        let decision = cache::policy::decide(policy, &facts);
+        Self::keyed(policy, &facts, || {
+            serde_json::from_slice::<Value>(body).ok().map(|v| cache_key(&rc.key.tenant, route, &v))
+        })
+    }
+
+    /// An Anthropic Messages request (`body` already parsed); `route` also names the door and the
+    /// `anthropic-beta` / `anthropic-version` sent, which can change the answer.
+    pub fn decide_message(policy: &CachePolicy, body: &Value, rc: &RequestContext, route: &str) -> CacheUse {
+        if !policy.enabled {
+            return CacheUse::disabled();
+        }
+        let text = cache::message::prompt_text(body);
+        let facts = RequestFacts {
+            temperature: body.get("temperature").and_then(Value::as_f64),
+            text: &text,
+            cache_control: rc.cache_control.as_deref(),
+            ttl_s: rc.cache_ttl_s,
+        };
+        Self::keyed(policy, &facts, || Some(cache_key(&rc.key.tenant, route, body)))
+    }
+
+    /// The route does not cache: nothing is read, stored or keyed.
+    pub fn disabled() -> CacheUse {
+        CacheUse { decision: CacheDecision::Skip { reason: "disabled" }, key: None }
+    }
+
+    fn keyed(policy: &CachePolicy, facts: &RequestFacts, key: impl FnOnce() -> Option<String>) -> CacheUse {
+        let decision = cache::policy::decide(policy, facts);
         let key = match decision {
             CacheDecision::Skip { .. } => None,
-            _ => serde_json::from_slice::<Value>(body).ok().map(|v| cache_key(&rc.key.tenant, route, &v)),
+            _ => key(),
         };
         CacheUse { decision, key }
+    }
+
+    /// Where this request's fresh answer is stored, if it may be.
+    pub fn slot(&self, format: AnswerFormat) -> Option<CacheSlot> {
+        let (key, ttl_s) = self.key.clone().zip(self.decision.store_ttl_s())?;
+        Some(CacheSlot { key, ttl_s, format })
     }
 
     /// The `x-gateway-cache` header value for a response that did not come from the cache.
@@ -44,6 +97,15 @@ impl CacheUse {
             CacheDecision::Refresh { .. } => "refresh".to_string(),
             CacheDecision::Skip { reason } => format!("skip; reason={reason}"),
         }
+    }
+
+    /// The headers every cache hit carries, whichever door served it.
+    pub fn mark_hit(response: &mut worker::Response, answer: &CachedAnswer, now_ms: u64) {
+        let headers = response.headers_mut();
+        let _ = headers.set("x-gateway-cache", "hit");
+        let _ = headers.set("age", &answer.age_s(now_ms).to_string());
+        let _ = headers.set("x-gateway-deployment", &answer.deployment);
+        let _ = headers.set("x-gateway-attempts", "0");
     }
 
     pub async fn lookup(&self, env: &Env, now_ms: u64) -> Option<CachedAnswer> {

@@ -289,6 +289,11 @@ impl ChatRequest {
         })
     }
 
+    /// How many answers the client asked for (`n`, validated as a positive integer; 1 by default).
+    pub fn choices(&self) -> u64 {
+        self.extra.get("n").and_then(Value::as_u64).unwrap_or(1).max(1)
+    }
+
     pub fn max_output_tokens(&self) -> Option<u64> {
         self.max_completion_tokens.or(self.max_tokens)
     }
@@ -395,6 +400,15 @@ mod tests {
         assert!(req.needs_json() && !req.needs_tools() && !req.needs_vision() && !req.wants_usage());
         assert_eq!(req.max_output_tokens(), Some(70));
         assert_eq!(req.text_chars(), 5 + r#"{"type":"object"}"#.len());
+    }
+
+    #[test]
+    fn n_is_the_number_of_choices() {
+        let with_n = |n: Value| parse(json!({"model": "m", "n": n, "messages": [{"role": "user", "content": "hi"}]}));
+        assert_eq!(with_n(json!(1000)).unwrap().choices(), 1000);
+        assert_eq!(with_n(Value::Null).unwrap().choices(), 1);
+        assert_eq!(with_n(json!(0)).unwrap_err().param.as_deref(), Some("n"));
+        assert_eq!(with_n(json!("3")).unwrap_err().code, codes::INVALID_TYPE);
     }
 
     #[test]

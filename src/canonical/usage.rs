@@ -122,10 +122,81 @@ impl Usage {
     }
 }
 
+/// An Anthropic stream's usage as it arrives, and the output it delivered. `message_start`
+/// carries a placeholder `output_tokens` (1) that only `message_delta` replaces, so a stream cut
+/// before that would bill one output token whatever it sent: then the output is estimated from
+/// what was delivered (the estimate's 4 characters a token) and flagged.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AnthropicStreamUsage {
+    reported: Option<Usage>,
+    output_final: bool,
+    delivered_chars: u64,
+}
+
+/// Characters per token for delivered output, as the reservation's estimate counts them.
+const CHARS_PER_TOKEN: u64 = 4;
+
+impl AnthropicStreamUsage {
+    /// `message_start`'s `usage` (input tokens, cache, the output placeholder).
+    pub fn start(&mut self, usage: &Value) {
+        self.merge(usage);
+    }
+
+    /// `message_delta`'s `usage`: its `output_tokens` is the real count.
+    pub fn delta(&mut self, usage: &Value) {
+        self.output_final |= usage.get("output_tokens").is_some_and(Value::is_u64);
+        self.merge(usage);
+    }
+
+    /// Generated content that went out: text, thinking, tool-argument JSON.
+    pub fn delivered(&mut self, text: &str) {
+        self.delivered_chars = self.delivered_chars.saturating_add(text.chars().count() as u64);
+    }
+
+    fn merge(&mut self, usage: &Value) {
+        let mut u = self.reported.unwrap_or_default();
+        if u.merge_anthropic(usage) {
+            self.reported = Some(u);
+        }
+    }
+
+    /// What to bill: the vendor's usage, with the output estimated from what was delivered
+    /// when its final count never came (never below the vendor's placeholder).
+    pub fn usage(&self) -> Option<Usage> {
+        let mut usage = self.reported?;
+        if !self.output_final {
+            usage.output = usage.output.max(self.delivered_chars.div_ceil(CHARS_PER_TOKEN));
+        }
+        Some(usage)
+    }
+
+    /// Whether [`usage`](Self::usage)'s output is an estimate.
+    pub fn estimated(&self) -> bool {
+        self.reported.is_some() && !self.output_final
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_cut_anthropic_stream_bills_what_it_delivered_and_says_so() {
+        let mut s = AnthropicStreamUsage::default();
+        assert_eq!((s.usage(), s.estimated()), (None, false));
+        s.start(&json!({"input_tokens": 25, "cache_read_input_tokens": 7, "output_tokens": 1}));
+        s.delivered("Hello from the vendor, ");
+        s.delivered("{\"city\": \"Paris\"}");
+        let cut = s.usage().unwrap();
+        assert_eq!((cut.input, cut.cached_read, cut.output), (25, 7, 10), "40 characters → 10 tokens, not 1");
+        assert!(s.estimated());
+        s.delta(&json!({"output_tokens": 9}));
+        assert_eq!((s.usage().unwrap().output, s.estimated()), (9, false), "the vendor's final count wins");
+        let mut quiet = AnthropicStreamUsage::default();
+        quiet.start(&json!({"input_tokens": 3, "output_tokens": 1}));
+        assert_eq!((quiet.usage().unwrap().output, quiet.estimated()), (1, true), "nothing delivered");
+    }
 
     #[test]
     fn openai_cached_and_reasoning_split_out() {

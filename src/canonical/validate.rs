@@ -51,7 +51,7 @@ pub(super) fn request(v: &Value) -> Result<(), ApiError> {
             return Err(invalid_type("seed", "an integer", x));
         }
     }
-    for key in ["max_tokens", "max_completion_tokens"] {
+    for key in ["max_tokens", "max_completion_tokens", "n"] {
         if let Some(x) = optional(obj, key) {
             positive_integer(x, key)?;
         }

@@ -1,6 +1,7 @@
 //! The `budgets` table admins keep in KV: per tenant, a period and soft/hard limits in
 //! micro-dollars; validated before it is uploaded or used, cached in the isolate like the price table.
 
+use crate::config::last_good::DocHealth;
 use crate::config::store::{cached_doc, DocPolicy, DocSlot};
 use limiter::budget::BudgetLimits;
 use serde::{Deserialize, Serialize};
@@ -96,6 +97,11 @@ const BUDGETS: DocPolicy =
 /// last good one.
 pub async fn budget_table(env: &Env, now_ms: u64) -> Option<Rc<BudgetTable>> {
     cached_doc(&BUDGETS_SLOT, &BUDGETS, env, now_ms, BudgetTable::parse).await
+}
+
+/// What `/admin/status` and `/healthz` report about the table in this isolate.
+pub fn budget_health(now_ms: u64) -> DocHealth {
+    BUDGETS_SLOT.with(|s| s.borrow().health(&BUDGETS, now_ms))
 }
 
 #[cfg(test)]

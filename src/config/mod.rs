@@ -16,9 +16,13 @@ pub fn parse_checked<T: serde::de::DeserializeOwned>(
 }
 
 pub mod budgets;
+pub mod credentials;
+pub mod key_lines;
 pub mod keys;
+pub mod last_good;
 pub mod policy;
 pub mod prices;
+pub mod route_rules;
 pub mod routes;
 pub mod selection;
 pub mod store;

@@ -12,6 +12,7 @@
 //! u128: no floats.
 
 use crate::canonical::usage::Usage;
+use crate::config::last_good::DocHealth;
 use crate::config::store::{cached_doc, DocPolicy, DocSlot};
 use limiter::utc;
 use serde::{Deserialize, Serialize};
@@ -169,6 +170,11 @@ const PRICES: DocPolicy =
 /// The price table; `None` until one was read: events are then flagged unpriced.
 pub async fn price_table(env: &Env, now_ms: u64) -> Option<Rc<PriceTable>> {
     cached_doc(&PRICES_SLOT, &PRICES, env, now_ms, PriceTable::parse).await
+}
+
+/// What `/admin/status` and `/healthz` report about the table in this isolate.
+pub fn price_health(now_ms: u64) -> DocHealth {
+    PRICES_SLOT.with(|s| s.borrow().health(&PRICES, now_ms))
 }
 
 #[cfg(test)]

@@ -1,12 +1,18 @@
 //! The route table admins keep in KV: logical models → ordered chains of deployments.
 
+use crate::config::key_lines::KeyLines;
 use crate::config::policy::{CachePolicy, RetryPolicy};
+use crate::config::route_rules as rules;
 use crate::config::selection::{self, Candidate};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
 pub const ROUTES_KV_KEY: &str = "routes";
 pub const SUPPORTED_VERSION: u32 = 1;
+/// Far below an isolate's 128 MB, which also holds the parsed answer and every other request.
+pub const DEFAULT_MAX_ANSWER_BYTES: u64 = 16 * 1024 * 1024;
+/// The most a route may allow: a parsed JSON answer takes several times its size in memory.
+pub const MAX_ANSWER_BYTES_CEILING: u64 = 64 * 1024 * 1024;
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -40,6 +46,13 @@ pub struct LogicalModel {
     /// Exact-response cache policy; off unless enabled.
     #[serde(default)]
     pub cache: CachePolicy,
+    /// The most a vendor's answer may weigh (JSON body or whole stream) before it is cut off.
+    #[serde(default = "LogicalModel::default_max_answer_bytes")]
+    pub max_answer_bytes: u64,
+    /// The tenants that may see and use this model; absent means every tenant. To any other
+    /// tenant it does not exist (absent from `/v1/models`, 404 when named).
+    #[serde(default)]
+    pub tenants: Option<Vec<String>>,
 }
 
 impl LogicalModel {
@@ -48,6 +61,14 @@ impl LogicalModel {
     }
     fn default_max_timeout() -> u64 {
         900_000
+    }
+    fn default_max_answer_bytes() -> u64 {
+        DEFAULT_MAX_ANSWER_BYTES
+    }
+
+    /// Whether `tenant` may see and use this model.
+    pub fn open_to(&self, tenant: &str) -> bool {
+        self.tenants.as_ref().is_none_or(|t| t.iter().any(|name| name == tenant))
     }
 
     /// The deadline for one request, from the route default and a bounded client override.
@@ -132,10 +153,11 @@ pub struct Deployment {
     pub quirks: Quirks,
     #[serde(default)]
     pub capabilities: Capabilities,
-    /// Limits for the deployment's limiter (requests/tokens per minute, breaker).
-    /// Without limits the deployment skips the limiter (no buckets, no breaker).
+    /// Limits for the deployment's limiter (requests/tokens per minute, breaker). Absent, the
+    /// deployment still has the default breaker; only `"breaker": {"enabled": false}` with no
+    /// other limit takes it off the limiter altogether.
     #[serde(default)]
-    pub limits: Option<limiter::Limits>,
+    pub limits: limiter::Limits,
     #[serde(default)]
     pub timeouts: Timeouts,
     /// Key into the price table.
@@ -162,6 +184,11 @@ pub enum Api {
 }
 
 impl Deployment {
+    /// The limits its limiter object enforces, if it has anything to enforce.
+    pub fn enforced_limits(&self) -> Option<&limiter::Limits> {
+        Some(&self.limits).filter(|l| l.enforces_anything())
+    }
+
     /// Whether the deployment accepts `api` natively.
     pub fn accepts(&self, api: Api) -> bool {
         if self.apis.is_empty() {
@@ -293,13 +320,41 @@ impl std::fmt::Display for RouteTableError {
     }
 }
 
+/// Collects problems, each at the line of the field it is about.
+struct Findings<'a> {
+    text: &'a str,
+    /// Mapped on the first problem only: a good table costs no extra scan.
+    lines: Option<KeyLines>,
+    out: &'a mut Vec<RouteTableError>,
+}
+
+impl Findings<'_> {
+    fn add(&mut self, path: &[&str], message: String) {
+        let text = self.text;
+        let line = self.lines.get_or_insert_with(|| KeyLines::of(text)).line(path);
+        self.out.push(RouteTableError { line, message });
+    }
+}
+
 impl RouteTable {
     /// Parses and validates a table; every problem found is returned, not just the first.
     pub fn parse(text: &str) -> Result<RouteTable, Vec<RouteTableError>> {
         let table: RouteTable = serde_json::from_str(text)
             .map_err(|e| vec![RouteTableError { line: Some(e.line()), message: e.to_string() }])?;
-        let mut problems = table.problems(text);
-        problems.extend(table.alias_problems(text));
+        let mut problems = Vec::new();
+        let mut found = Findings { text, lines: None, out: &mut problems };
+        if table.version != SUPPORTED_VERSION {
+            let message =
+                format!("unsupported version {} (this gateway reads version {SUPPORTED_VERSION})", table.version);
+            found.add(&["version"], message);
+        }
+        for (name, model) in &table.models {
+            table.model_problems(name, model, &mut found);
+        }
+        for (id, d) in &table.deployments {
+            deployment_problems(id, d, &mut found);
+        }
+        table.alias_problems(&mut found);
         if problems.is_empty() {
             Ok(table)
         } else {
@@ -307,114 +362,89 @@ impl RouteTable {
         }
     }
 
-    fn problems(&self, text: &str) -> Vec<RouteTableError> {
-        let mut out = Vec::new();
-        if self.version != SUPPORTED_VERSION {
-            out.push(RouteTableError {
-                line: line_of(text, "\"version\""),
-                message: format!(
-                    "unsupported version {} (this gateway reads version {SUPPORTED_VERSION})",
-                    self.version
-                ),
-            });
+    fn model_problems(&self, name: &str, model: &LogicalModel, found: &mut Findings) {
+        let at = ["models", name];
+        if let Some(problem) = rules::name("model name", name) {
+            found.add(&at, problem);
         }
-        for (name, model) in &self.models {
-            if model.chain.is_empty() {
-                out.push(RouteTableError {
-                    line: line_of(text, &format!("\"{name}\"")),
-                    message: format!("model '{name}' has an empty chain"),
-                });
-            }
-            if let Err(problem) = model.cache.validate() {
-                out.push(RouteTableError {
-                    line: line_of(text, &format!("\"{name}\"")),
-                    message: format!("model '{name}': {problem}"),
-                });
-            }
-            for capability in &model.requires {
-                let declared = |d: &Deployment| match capability.as_str() {
-                    "tools" => d.capabilities.tools,
-                    "json_mode" => d.capabilities.json_mode,
-                    "vision" => d.capabilities.vision,
-                    _ => None,
-                };
-                if !KNOWN_CAPABILITIES.contains(&capability.as_str()) {
-                    out.push(RouteTableError {
-                        line: line_of(text, &format!("\"{name}\"")),
-                        message: format!("model '{name}' requires unknown capability '{capability}' (known: tools, json_mode, vision)"),
-                    });
-                } else if model
-                    .chain
-                    .iter()
-                    .filter_map(|e| self.deployments.get(e.deployment()))
-                    .all(|d| declared(d) == Some(false))
-                {
-                    out.push(RouteTableError {
-                        line: line_of(text, &format!("\"{name}\"")),
-                        message: format!(
-                            "model '{name}' promises '{capability}' but no deployment in its chain supports it"
-                        ),
-                    });
-                }
-            }
-            for id in model.chain.iter().map(ChainEntry::deployment) {
-                if !self.deployments.contains_key(id) {
-                    out.push(RouteTableError {
-                        line: line_of(text, &format!("\"{name}\"")),
-                        message: format!("model '{name}' names unknown deployment '{id}'"),
-                    });
-                }
+        if model.chain.is_empty() {
+            found.add(&[&at[..], &["chain"]].concat(), format!("model '{name}' has an empty chain"));
+        } else if model.chain.iter().all(|e| matches!(e, ChainEntry::Weighted(w) if w.weight == 0)) {
+            let message = format!("model '{name}': every chain entry has weight 0, so no deployment is ever chosen");
+            found.add(&[&at[..], &["chain"]].concat(), message);
+        }
+        if let Err(problem) = model.cache.validate() {
+            found.add(&[&at[..], &["cache"]].concat(), format!("model '{name}': {problem}"));
+        }
+        for capability in &model.requires {
+            if let Some(problem) = self.promise_problem(name, model, capability) {
+                found.add(&[&at[..], &["requires"]].concat(), problem);
             }
         }
-        self.deployment_problems(text, &mut out);
-        out
-    }
-
-    fn deployment_problems(&self, text: &str, out: &mut Vec<RouteTableError>) {
-        for (id, d) in &self.deployments {
-            if !(d.base_url.starts_with("https://") || d.base_url.starts_with("http://")) {
-                out.push(RouteTableError {
-                    line: line_of(text, &format!("\"{id}\"")),
-                    message: format!("deployment '{id}' base_url must start with http:// or https://"),
-                });
+        for (i, id) in model.chain.iter().map(ChainEntry::deployment).enumerate() {
+            if !self.deployments.contains_key(id) {
+                let message = format!("model '{name}' names unknown deployment '{}'", id.escape_debug());
+                found.add(&[&at[..], &["chain", &i.to_string()]].concat(), message);
             }
-            for problem in d.limits.as_ref().map(|l| l.problems()).unwrap_or_default() {
-                out.push(RouteTableError {
-                    line: line_of(text, &format!("\"{id}\"")),
-                    message: format!("deployment '{id}' limits: {problem}"),
-                });
+        }
+        match &model.tenants {
+            Some(tenants) if tenants.is_empty() => {
+                let message =
+                    format!("model '{name}': tenants is empty, so no one may use it (omit it for every tenant)");
+                found.add(&[&at[..], &["tenants"]].concat(), message);
             }
-            if d.provider == ProviderKind::Anthropic && d.apis.iter().any(|a| *a != Api::Chat) {
-                out.push(RouteTableError {
-                    line: line_of(text, &format!("\"{id}\"")),
-                    message: format!("deployment '{id}' is anthropic: its apis may only list \"chat\""),
-                });
+            Some(tenants) => {
+                for problem in tenants.iter().filter_map(|t| rules::name("tenant", t)) {
+                    found.add(&[&at[..], &["tenants"]].concat(), format!("model '{name}': {problem}"));
+                }
             }
-            if d.credential.is_empty() || d.credential.contains(char::is_whitespace) {
-                out.push(RouteTableError {
-                    line: line_of(text, &format!("\"{id}\"")),
-                    message: format!("deployment '{id}' credential must name a secret, e.g. OPENAI_API_KEY"),
-                });
-            }
+            None => {}
+        }
+        for (field, problem) in bound_problems(model) {
+            found.add(&[&at[..], &[field]].concat(), format!("model '{name}': {problem}"));
+        }
+        let attempts = model.retry.max_attempts;
+        if !(1..=rules::MAX_ATTEMPTS).contains(&attempts) {
+            let message = format!("model '{name}': retry.max_attempts {attempts} must be 1..={}", rules::MAX_ATTEMPTS);
+            found.add(&[&at[..], &["retry", "max_attempts"]].concat(), message);
         }
     }
 
-    fn alias_problems(&self, text: &str) -> Vec<RouteTableError> {
-        let mut out = Vec::new();
+    /// Why `capability` is a promise the chain cannot keep, if it is.
+    fn promise_problem(&self, name: &str, model: &LogicalModel, capability: &str) -> Option<String> {
+        let declared = |d: &Deployment| match capability {
+            "tools" => d.capabilities.tools,
+            "json_mode" => d.capabilities.json_mode,
+            "vision" => d.capabilities.vision,
+            _ => None,
+        };
+        if !KNOWN_CAPABILITIES.contains(&capability) {
+            return Some(format!(
+                "model '{name}' requires unknown capability '{capability}' (known: tools, json_mode, vision)"
+            ));
+        }
+        let chain = model.chain.iter().filter_map(|e| self.deployments.get(e.deployment()));
+        chain
+            .clone()
+            .all(|d| declared(d) == Some(false))
+            .then(|| format!("model '{name}' promises '{capability}' but no deployment in its chain supports it"))
+    }
+
+    fn alias_problems(&self, found: &mut Findings) {
         for (alias, target) in &self.aliases {
-            let line = line_of(text, &format!("\"{alias}\""));
-            let message = if !self.models.contains_key(target) {
-                format!("alias '{alias}' names unknown model '{target}'")
+            let message = if let Some(problem) = rules::name("alias", alias) {
+                problem
+            } else if !self.models.contains_key(target) {
+                format!("alias '{alias}' names unknown model '{}'", target.escape_debug())
             } else if self.models.contains_key(alias) {
                 format!("alias '{alias}' is also a model's name")
-            } else if alias.trim_end_matches('*').contains('*') || alias == "*" || alias.is_empty() {
+            } else if alias.trim_end_matches('*').contains('*') || alias == "*" {
                 format!("alias '{alias}': '*' may only end a non-empty prefix, e.g. 'claude-sonnet-4-5*'")
             } else {
                 continue;
             };
-            out.push(RouteTableError { line, message });
+            found.add(&["aliases", alias], message);
         }
-        out
     }
 
     /// The logical model a client's model name means: the model itself, an exact alias, else the
@@ -450,8 +480,94 @@ impl RouteTable {
     }
 }
 
-fn line_of(text: &str, needle: &str) -> Option<usize> {
-    text.find(needle).map(|at| text[..at].matches('\n').count() + 1)
+/// What is wrong with one deployment's own fields.
+fn deployment_problems(id: &str, d: &Deployment, found: &mut Findings) {
+    if let Some(problem) = rules::name("deployment id", id) {
+        found.add(&["deployments", id], problem);
+    }
+    let mut add = |field: &[&str], problem: String| {
+        found.add(&[&["deployments", id][..], field].concat(), format!("deployment '{id}': {problem}"))
+    };
+    if let Some(problem) = rules::name("model", &d.model) {
+        add(&["model"], problem);
+    }
+    if let Some(problem) = rules::base_url(&d.base_url) {
+        add(&["base_url"], problem);
+    }
+    if let Some(problem) = rules::credential(&d.credential) {
+        add(&["credential"], problem);
+    }
+    if d.provider == ProviderKind::Anthropic && d.apis.iter().any(|a| *a != Api::Chat) {
+        add(&["apis"], "it is anthropic: its apis may only list \"chat\"".into());
+    }
+    let auth_header = match &d.auth {
+        AuthScheme::Header { name } => {
+            if let Some(problem) = rules::header_name(name) {
+                add(&["auth", "name"], problem);
+            }
+            Some(name.as_str())
+        }
+        _ => None,
+    };
+    for (name, value) in &d.quirks.headers {
+        if let Some(problem) = rules::extra_header(name, value, auth_header) {
+            add(&["quirks", "headers", name], problem);
+        }
+    }
+    let t = &d.timeouts;
+    for (name, ms) in [
+        ("connect_ms", t.connect_ms),
+        ("first_token_ms", t.first_token_ms),
+        ("idle_ms", t.idle_ms),
+        ("total_ms", t.total_ms),
+    ] {
+        if ms == 0 {
+            add(&["timeouts", name], format!("timeouts.{name} must be at least 1"));
+        }
+    }
+    for (name, problem) in limit_problems(&d.limits) {
+        add(&["limits", name], format!("limits: {problem}"));
+    }
+}
+
+/// The limiter's own checks plus caps of 0, which would refuse every request.
+fn limit_problems(l: &limiter::Limits) -> Vec<(&'static str, String)> {
+    let mut out: Vec<(&'static str, String)> = l.problems().into_iter().map(|p| ("", p)).collect();
+    let caps = [
+        ("rpm", l.rpm),
+        ("tpm", l.tpm),
+        ("input_tpm", l.input_tpm),
+        ("output_tpm", l.output_tpm),
+        ("rpd", l.rpd),
+        ("max_concurrent", l.max_concurrent.map(u64::from)),
+    ];
+    for (name, cap) in caps {
+        if cap == Some(0) {
+            out.push((name, format!("{name} 0 would refuse every request (leave it out for no limit)")));
+        }
+    }
+    out
+}
+
+/// A route's bounds: positive deadlines, the default within the most a client may ask for, and
+/// an answer size an isolate can hold.
+fn bound_problems(model: &LogicalModel) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    if model.timeout_ms == 0 {
+        out.push(("timeout_ms", "timeout_ms must be at least 1".to_string()));
+    }
+    if model.max_timeout_ms == 0 {
+        out.push(("max_timeout_ms", "max_timeout_ms must be at least 1".to_string()));
+    }
+    if model.timeout_ms > model.max_timeout_ms {
+        let (t, m) = (model.timeout_ms, model.max_timeout_ms);
+        out.push(("timeout_ms", format!("timeout_ms {t} is above max_timeout_ms {m}")));
+    }
+    if !(1024..=MAX_ANSWER_BYTES_CEILING).contains(&model.max_answer_bytes) {
+        let message = format!("max_answer_bytes {} must be 1024..={MAX_ANSWER_BYTES_CEILING}", model.max_answer_bytes);
+        out.push(("max_answer_bytes", message));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -514,6 +630,87 @@ mod tests {
         assert!(messages.iter().any(|m| m.starts_with("alias '*'")));
     }
 
+    /// Every value the security probe found accepted, each on its own line.
+    const PROBED: &str = r#"{
+  "version": 1,
+  "deployments": {
+    "ok": {"provider": "openai", "base_url": "https://api.openai.com/v1", "model": "gpt-4o-mini", "credential": "OPENAI_API_KEY"},
+    "": {"provider": "openai", "base_url": "https://api.openai.com/v1", "model": "m", "credential": "K"},
+    "a\r\nb": {"provider": "openai", "base_url": "https://api.openai.com/v1", "model": "m", "credential": "K"},
+    "nul\u0000": {"provider": "openai", "base_url": "https://api.openai.com/v1", "model": "m", "credential": "K"},
+    "padded ": {"provider": "openai", "base_url": "https://api.openai.com/v1", "model": "m", "credential": "K"},
+    "no-model": {"provider": "openai", "base_url": "https://api.openai.com/v1", "model": "", "credential": "K"},
+    "pad-model": {"provider": "openai", "base_url": "https://api.openai.com/v1", "model": " gpt-4o", "credential": "K"},
+    "admin": {"provider": "openai", "base_url": "https://api.openai.com/v1", "model": "m", "credential": "ADMIN_TOKEN"},
+    "path": {"provider": "openai", "base_url": "https://api.openai.com/v1", "model": "m", "credential": "/etc/passwd"},
+    "nohost": {"provider": "openai", "base_url": "http://", "model": "m", "credential": "K"},
+    "authz": {"provider": "openai", "base_url": "https://api.openai.com/v1", "model": "m", "credential": "K",
+              "quirks": {"headers": {"Authorization": "Bearer stolen"}}},
+    "badhdr": {"provider": "openai", "base_url": "https://api.openai.com/v1", "model": "m", "credential": "K",
+               "quirks": {"headers": {"bad header": "v"}}},
+    "zero": {"provider": "openai", "base_url": "https://api.openai.com/v1", "model": "m", "credential": "K",
+             "timeouts": {"connect_ms": 0}},
+    "rpm0": {"provider": "openai", "base_url": "https://api.openai.com/v1", "model": "m", "credential": "K",
+             "limits": {"rpm": 0}}
+  },
+  "models": {
+    "": {"chain": ["ok"]},
+    " padded": {"chain": ["ok"]},
+    "late": {"chain": ["ok"], "timeout_ms": 1000,
+             "max_timeout_ms": 10},
+    "instant": {"chain": ["ok"], "timeout_ms": 0},
+    "weightless": {"chain": [{"deployment": "ok", "weight": 0}], "tenants": []},
+    "attempts": {"chain": ["ok"],
+                 "retry": {"max_attempts": 1000000}, "max_answer_bytes": 1000000000}
+  }
+}"#;
+
+    #[test]
+    fn every_probed_mistake_is_refused_on_its_own_line() {
+        let errs = RouteTable::parse(PROBED).unwrap_err();
+        let want: &[(usize, &str)] = &[
+            (5, "deployment id must not be empty"),
+            (6, "'a\\r\\nb' contains a control character"),
+            (7, "'nul\\0' contains a control character"),
+            (8, "'padded ' has leading or trailing whitespace"),
+            (9, "model must not be empty"),
+            (10, "model ' gpt-4o' has leading or trailing whitespace"),
+            (11, "'ADMIN_TOKEN' is the gateway's own setting"),
+            (12, "credential '/etc/passwd' must name a secret"),
+            (13, "base_url 'http://' has no host"),
+            (15, "header 'Authorization' carries the vendor credential"),
+            (17, "'bad header' is not a valid HTTP header name"),
+            (19, "timeouts.connect_ms must be at least 1"),
+            (21, "rpm 0 would refuse every request"),
+            (24, "model name must not be empty"),
+            (25, "' padded' has leading or trailing whitespace"),
+            (26, "timeout_ms 1000 is above max_timeout_ms 10"),
+            (28, "timeout_ms must be at least 1"),
+            (29, "every chain entry has weight 0"),
+            (29, "tenants is empty"),
+            (31, "retry.max_attempts 1000000 must be 1..=20"),
+            (31, "max_answer_bytes 1000000000 must be 1024..=67108864"),
+        ];
+        for (line, text) in want {
+            assert!(
+                errs.iter().any(|e| e.line == Some(*line) && e.message.contains(text)),
+                "no '{text}' at line {line} in {errs:#?}"
+            );
+        }
+        assert_eq!(errs.len(), want.len(), "{errs:#?}");
+    }
+
+    #[test]
+    fn a_model_may_be_one_tenants_own() {
+        let t = TABLE.replace(
+            "\"chat\": {\"chain\": [\"oa\", \"an\"]}",
+            "\"chat\": {\"chain\": [\"oa\"], \"tenants\": [\"acme\"]}",
+        );
+        let t = RouteTable::parse(&t).unwrap();
+        assert!(t.models["chat"].open_to("acme") && !t.models["chat"].open_to("globex"));
+        assert!(RouteTable::parse(TABLE).unwrap().models["chat"].open_to("anyone"), "absent: every tenant");
+    }
+
     #[test]
     fn rejects_unknown_fields_with_line() {
         let bad = TABLE.replace("\"provider\": \"openai\",", "\"provider\": \"openai\", \"colour\": 1,");
@@ -538,7 +735,15 @@ mod tests {
             "\"credential\": \"OPENAI_API_KEY\", \"limits\": {\"rpm\": 50, \"tpm\": 1000}}",
         );
         let t = RouteTable::parse(&t).unwrap();
-        assert_eq!(t.deployments["oa"].limits.as_ref().unwrap().rpm, Some(50));
+        assert_eq!(t.deployments["oa"].limits.rpm, Some(50));
+        let plain = RouteTable::parse(TABLE).unwrap();
+        let an = &plain.deployments["an"].limits;
+        assert!(an.breaker.enabled && !an.has_buckets() && an.enforces_anything(), "a breaker by default");
+        let off = TABLE.replace(
+            "\"credential\": \"OPENAI_API_KEY\"}",
+            "\"credential\": \"OPENAI_API_KEY\", \"limits\": {\"breaker\": {\"enabled\": false}}}",
+        );
+        assert!(!RouteTable::parse(&off).unwrap().deployments["oa"].limits.enforces_anything(), "off on purpose");
         let bad = TABLE.replace(
             "\"credential\": \"OPENAI_API_KEY\"}",
             "\"credential\": \"OPENAI_API_KEY\", \"limits\": {\"rpn\": 50}}",
@@ -595,7 +800,7 @@ mod tests {
         assert!(oa.accepts(Api::Responses) && !oa.accepts(Api::Chat));
         let bad = TABLE.replace("\"auth\": {\"scheme\": \"default\"}", "\"apis\": [\"responses\"]");
         let errs = RouteTable::parse(&bad).unwrap_err();
-        assert!(errs.iter().any(|e| e.message.contains("'an' is anthropic")), "{errs:?}");
+        assert!(errs.iter().any(|e| e.message.contains("'an': it is anthropic")), "{errs:?}");
         let typo = TABLE.replace("\"auth\": {\"scheme\": \"default\"}", "\"apis\": [\"responsess\"]");
         assert!(RouteTable::parse(&typo).is_err());
     }

@@ -1,16 +1,19 @@
 //! Route table, virtual keys and tenant records read from KV, cached in the isolate for a short TTL.
 //!
-//! A route table that fails to parse never replaces the last good one: the gateway keeps
-//! serving and reports the problem (log + status endpoint).
+//! A route table (or price or budget table) that fails validation never takes effect: the
+//! gateway keeps serving what it served, or the durable last-good copy in a new isolate, and
+//! reports the refusal (log, `/admin/status`, `/healthz`): see `config::last_good`.
 
 use crate::config::keys::{self, KeyRecord, TenantRecord};
+use crate::config::last_good::{self, DocHealth, FollowUp, Stamp};
+pub use crate::config::last_good::{DocPolicy, DocSlot};
 use crate::config::routes::{RouteTable, ROUTES_KV_KEY};
 use crate::http::codes;
 use crate::http::error::ApiError;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
-use worker::Env;
+use worker::{Env, KvStore};
 
 pub const CONFIG_BINDING: &str = "CONFIG";
 const DEFAULT_TTL_MS: u64 = 5_000;
@@ -28,87 +31,106 @@ struct CachedTenant {
     fetched_ms: u64,
 }
 
-/// One JSON document in CONFIG KV (route table, prices, budgets), cached per isolate for the
-/// config TTL. A document that fails to parse or cannot be read never replaces the last good one.
-pub struct DocSlot<T> {
-    doc: Option<Rc<T>>,
-    raw: Option<String>,
-    fetched_ms: Option<u64>,
-    problem: Option<String>,
-}
-
-impl<T> Default for DocSlot<T> {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl<T> DocSlot<T> {
-    pub const fn new() -> Self {
-        DocSlot { doc: None, raw: None, fetched_ms: None, problem: None }
-    }
-}
-
-/// How one document behaves when it is absent or unreadable.
-pub struct DocPolicy {
-    pub kv_key: &'static str,
-    /// Log events are `<name>_unavailable` and `<name>_rejected`.
-    pub name: &'static str,
-    /// Deleting the key turns the feature off (budgets) instead of keeping the last good copy.
-    pub clear_when_missing: bool,
-    /// Without a good copy yet, ask KV again on every call instead of once per TTL.
-    pub retry_until_loaded: bool,
-}
-
+/// Reads one JSON document from CONFIG KV (route table, prices, budgets) unless the isolate's copy
+/// is fresh; a document that fails validation never takes effect: this isolate keeps what it
+/// serves, or, with nothing yet, serves the durable last-good copy (`config::last_good`).
 pub async fn cached_doc<T>(
     slot: &'static std::thread::LocalKey<RefCell<DocSlot<T>>>,
     policy: &DocPolicy,
     env: &Env,
     now_ms: u64,
-    parse: impl FnOnce(&str) -> Result<T, Vec<String>>,
+    parse: impl Fn(&str) -> Result<T, Vec<String>>,
 ) -> Option<Rc<T>> {
     let ttl = cache_ttl_ms(env);
-    let fresh = slot.with(|s| {
+    let (fresh, cold) = slot.with(|s| {
         let s = s.borrow();
-        let recent = s.fetched_ms.is_some_and(|at| now_ms.saturating_sub(at) < ttl);
-        (recent && (s.doc.is_some() || !policy.retry_until_loaded)).then(|| s.doc.clone())
+        (s.fresh(now_ms, ttl, policy).then(|| s.doc.clone()), s.fetched_ms.is_none())
     });
     if let Some(doc) = fresh {
         return doc;
     }
-    let raw = match env.kv(CONFIG_BINDING) {
-        Ok(kv) => kv.get(policy.kv_key).text().await.map_err(|e| e.to_string()),
+    let kv = match env.kv(CONFIG_BINDING) {
+        Ok(kv) => kv,
+        Err(e) => {
+            let read = Err(e.to_string());
+            return slot.with(|s| settle(&mut s.borrow_mut(), read, now_ms, policy, &parse));
+        }
+    };
+    // An isolate's first read takes the last-good copy alongside: no extra round trip if it is needed.
+    let (read, copy) = if cold {
+        let (read, copy) = futures::join!(read_text(&kv, policy.kv_key), read_copy(&kv, policy.kv_key));
+        (read, Some(copy))
+    } else {
+        (read_text(&kv, policy.kv_key).await, None)
+    };
+    let observed = slot.with(|s| s.borrow_mut().observe(read, now_ms, policy, &parse));
+    if let Some(line) = observed.log {
+        crate::support::log::error(line);
+    }
+    match observed.follow_up {
+        FollowUp::Nothing => {}
+        FollowUp::Promote { text, stamp } => promote(&kv, policy, &text, &stamp, copy).await,
+        FollowUp::Fallback => {
+            let copy = match copy {
+                Some(copy) => copy,
+                None => read_copy(&kv, policy.kv_key).await,
+            };
+            let line = slot.with(|s| s.borrow_mut().adopt(copy, policy, &parse));
+            crate::support::log::error(line);
+        }
+    }
+    slot.with(|s| s.borrow().doc.clone())
+}
+
+fn settle<T>(
+    slot: &mut DocSlot<T>,
+    read: Result<Option<String>, String>,
+    now_ms: u64,
+    policy: &DocPolicy,
+    parse: &impl Fn(&str) -> Result<T, Vec<String>>,
+) -> Option<Rc<T>> {
+    if let Some(line) = slot.observe(read, now_ms, policy, parse).log {
+        crate::support::log::error(line);
+    }
+    slot.doc.clone()
+}
+
+async fn read_text(kv: &KvStore, key: &str) -> Result<Option<String>, String> {
+    kv.get(key).text().await.map_err(|e| e.to_string())
+}
+
+type Copy = Result<Option<(String, Option<Stamp>)>, String>;
+
+async fn read_copy(kv: &KvStore, doc_key: &str) -> Copy {
+    let read = kv.get(&last_good::kv_key(doc_key)).text_with_metadata::<Stamp>().await;
+    read.map(|(text, stamp)| text.map(|t| (t, stamp))).map_err(|e| e.to_string())
+}
+
+/// Copies a newly validated document to `last_good:<key>`, unless the copy already holds it:
+/// every isolate that sees a new version would otherwise write the same value.
+async fn promote(kv: &KvStore, policy: &DocPolicy, text: &str, stamp: &Stamp, known: Option<Copy>) {
+    let copy = match known {
+        Some(copy) => copy,
+        None => read_copy(kv, policy.kv_key).await,
+    };
+    let held = matches!(&copy, Ok(Some((t, _))) if t == text);
+    if held {
+        return;
+    }
+    let key = last_good::kv_key(policy.kv_key);
+    let written = match kv.put(&key, text).and_then(|put| put.metadata(stamp)) {
+        Ok(put) => put.execute().await.map_err(|e| e.to_string()),
         Err(e) => Err(e.to_string()),
     };
-    slot.with(|s| {
-        let mut s = s.borrow_mut();
-        s.fetched_ms = Some(now_ms);
-        match raw {
-            Err(e) => {
-                let problem = format!("reading KV key '{}' failed: {e}", policy.kv_key);
-                crate::support::log::error(serde_json::json!({"event": format!("{}_unavailable", policy.name), "error": problem, "serving_last_good": s.doc.is_some()}));
-                s.problem = Some(problem);
-            }
-            Ok(None) if policy.clear_when_missing => *s = DocSlot { fetched_ms: Some(now_ms), ..DocSlot::new() },
-            Ok(None) => s.problem = Some(format!("KV key '{}' is missing", policy.kv_key)),
-            Ok(Some(text)) if s.raw.as_deref() == Some(text.as_str()) => {}
-            Ok(Some(text)) => {
-                match parse(&text) {
-                    Ok(doc) => {
-                        s.doc = Some(Rc::new(doc));
-                        s.problem = None;
-                    }
-                    Err(errors) => {
-                        let joined = errors.join("; ");
-                        crate::support::log::error(serde_json::json!({"event": format!("{}_rejected", policy.name), "errors": joined, "serving_last_good": s.doc.is_some()}));
-                        s.problem = Some(joined);
-                    }
-                }
-                s.raw = Some(text);
-            }
+    let event = format!("{}_last_good_saved", policy.name);
+    match written {
+        Ok(()) => {
+            crate::support::log::info(serde_json::json!({"event": event, "key": key, "version": stamp.fingerprint}))
         }
-        s.doc.clone()
-    })
+        Err(e) => crate::support::log::error(
+            serde_json::json!({"event": event, "key": key, "version": stamp.fingerprint, "error": e}),
+        ),
+    }
 }
 
 thread_local! {
@@ -134,22 +156,9 @@ pub fn cache_ttl_ms(env: &Env) -> u64 {
     })
 }
 
-/// What the status endpoint reports about the route table.
-pub struct TableHealth {
-    pub loaded: bool,
-    pub problem: Option<String>,
-    pub age_ms: u64,
-}
-
-pub fn table_health(now_ms: u64) -> TableHealth {
-    TABLE.with(|t| {
-        let t = t.borrow();
-        TableHealth {
-            loaded: t.doc.is_some(),
-            problem: t.problem.clone(),
-            age_ms: t.fetched_ms.map_or(0, |at| now_ms.saturating_sub(at)),
-        }
-    })
+/// What `/admin/status` and `/healthz` report about the route table in this isolate.
+pub fn route_health(now_ms: u64) -> DocHealth {
+    TABLE.with(|t| t.borrow().health(&ROUTES, now_ms))
 }
 
 const ROUTES: DocPolicy =
@@ -160,7 +169,12 @@ pub async fn route_table(env: &Env, now_ms: u64) -> Result<Rc<RouteTable>, ApiEr
     match cached_doc(&TABLE, &ROUTES, env, now_ms, parse).await {
         Some(table) => Ok(table),
         None => {
-            let problem = TABLE.with(|t| t.borrow().problem.clone()).unwrap_or_else(|| "not loaded".into());
+            let problem = TABLE.with(|t| {
+                let t = t.borrow();
+                let refused =
+                    t.refused.as_ref().map(|r| format!("version {} refused: {}", r.fingerprint, r.errors.join("; ")));
+                refused.or_else(|| t.problem.clone()).unwrap_or_else(|| "not loaded".into())
+            });
             Err(ApiError::unavailable(
                 codes::NO_ROUTE_TABLE,
                 format!("The gateway has no valid route table: {problem}"),

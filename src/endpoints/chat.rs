@@ -5,6 +5,7 @@ use crate::auth::context::RequestContext;
 use crate::cache;
 use crate::cache::policy::CachedAnswer;
 use crate::cache::store::CacheUse;
+use crate::cache::AnswerFormat;
 use crate::canonical::ChatRequest;
 use crate::config::routes::{Api, Deployment};
 use crate::endpoints::route;
@@ -57,14 +58,14 @@ pub struct ChatStep<'a> {
 }
 
 impl VendorStep for ChatStep<'_> {
-    fn build(&self, deployment: &Deployment, _body: &[u8], credential: &str) -> Result<UpstreamCall, ApiError> {
+    fn build(&self, deployment: &Deployment, body: &[u8], credential: &str) -> Result<UpstreamCall, ApiError> {
         if !deployment.accepts(Api::Chat) {
             return Err(ApiError::invalid_request(
                 codes::UNSUPPORTED_ENDPOINT,
                 "This model's deployment does not accept chat completions.",
             ));
         }
-        providers::build_chat(deployment, self.chat, credential, deployment.quirks.stream_options)
+        providers::build_chat_from_raw(deployment, self.chat, body, credential, deployment.quirks.stream_options)
     }
 
     fn translate(&self, deployment: &Deployment, body: &[u8], now_ms: u64) -> Result<Answer, UpstreamError> {
@@ -76,8 +77,8 @@ impl VendorStep for ChatStep<'_> {
         Box::new(StreamTranslator::new(deployment, self.chat.wants_usage(), now_ms / 1000))
     }
 
-    fn cacheable(&self) -> bool {
-        true
+    fn cache_format(&self) -> Option<AnswerFormat> {
+        Some(AnswerFormat::ChatCompletion)
     }
 }
 
@@ -102,10 +103,6 @@ fn serve_cached(
     } else {
         io::json_response(200, answer.body.clone().into_bytes())?
     };
-    let headers = response.headers_mut();
-    let _ = headers.set("x-gateway-cache", "hit");
-    let _ = headers.set("age", &answer.age_s(now).to_string());
-    let _ = headers.set("x-gateway-deployment", &answer.deployment);
-    let _ = headers.set("x-gateway-attempts", "0");
+    CacheUse::mark_hit(&mut response, &answer, now);
     Ok(response)
 }

@@ -64,7 +64,7 @@ pub async fn create(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context)
         .chain(&logical, rc.random, rc.session_id.as_deref())
         .ok_or_else(|| ApiError::model_not_found(&logical))?;
     let model = route::model(&table, &rc, &logical)?;
-    let shape = RequestShape { text_chars: chars, messages: 0, max_output: Some(0) };
+    let shape = RequestShape { text_chars: chars, messages: 0, max_output: Some(0), choices: 1 };
     let mut outcome = RequestOutcome::new(&rc, &logical, false);
     outcome.ingress = Ingress::Embeddings;
     outcome.shape = Some(shape);

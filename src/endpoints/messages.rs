@@ -9,29 +9,36 @@
 
 use crate::auth;
 use crate::auth::context::RequestContext;
+use crate::cache;
+use crate::cache::policy::CachedAnswer;
+use crate::cache::store::CacheUse;
+use crate::cache::AnswerFormat;
 use crate::config::routes::{Deployment, ProviderKind};
 use crate::endpoints::route;
 use crate::http;
 use crate::http::anthropic_error;
 use crate::http::codes;
 use crate::http::error::ApiError;
+use crate::http::incoming::Incoming;
 use crate::idempotency;
 use crate::idempotency::gate::Entry;
 use crate::pipeline::gate::Needs;
+use crate::pipeline::report;
 use crate::pipeline::run::{self, Trip};
 use crate::pipeline::step::{Answer, ClientStream, VendorStep};
 use crate::providers::messages_openai::{self, OpenaiStreamToMessages};
 use crate::providers::passthrough::{self, ClientHeaders, MessagesCall, PassthroughStream};
 use crate::providers::{StreamEnd, UpstreamCall, UpstreamError};
+use crate::support::clock::now_ms;
 use crate::usage::estimate;
 use crate::usage::output_history;
 use crate::usage::record::{Ingress, RequestOutcome, RequestShape};
 use serde_json::Value;
-use worker::{Context, Env, Request, Response};
+use worker::{Context, Env, Response};
 
 /// Serves either Messages URL; every failure is answered in Anthropic's error format.
 pub async fn serve(
-    mut req: Request,
+    req: Incoming,
     call: MessagesCall,
     env: &Env,
     ctx: &Context,
@@ -39,7 +46,7 @@ pub async fn serve(
     started_ms: u64,
 ) -> Response {
     let result = match auth::authenticate(&req, env, request_id, started_ms).await {
-        Ok(rc) => match http::io::read_body(&mut req).await {
+        Ok(rc) => match http::io::read_body(&req).await {
             Ok(body) => dispatch(&req, rc, body, call, env, ctx).await,
             Err(e) => Err(e),
         },
@@ -55,21 +62,21 @@ pub async fn serve(
 }
 
 async fn dispatch(
-    req: &Request,
+    req: &Incoming,
     rc: RequestContext,
     body: Vec<u8>,
     call: MessagesCall,
     env: &Env,
     ctx: &Context,
 ) -> Result<Response, ApiError> {
-    let header = |name: &str| req.headers().get(name).ok().flatten();
-    let query = req.url().ok().and_then(|u| u.query().map(str::to_string));
+    let header = |name: &str| rc.headers.get_owned(name);
+    let query = req.query.clone();
     let client = ClientHeaders { version: header("anthropic-version"), beta: header("anthropic-beta"), query };
     let session = header("x-claude-code-session-id");
     if call == MessagesCall::CountTokens {
         return handle(rc, body, call, client, session, env, ctx).await;
     }
-    match idempotency::gate::enter(req, env, &rc.key.tenant, &rc.request_id, &body).await? {
+    match idempotency::gate::enter(&rc, env, &body).await? {
         Entry::Open => handle(rc, body, call, client, session, env, ctx).await,
         Entry::Replay(response) => Ok(response),
         Entry::Proceed(claim) => claim.finish(handle(rc, body, call, client, session, env, ctx).await).await,
@@ -99,15 +106,28 @@ async fn handle(
     let chain = table.chain(&logical, rc.random, rc.session_id.as_deref()).unwrap_or_default();
     // Agents ask for 32k output on every call: reserve what these deployments have lately returned.
     let expected = request.max_output.map(|max| output_history::estimate(&chain, Ingress::Messages, max));
-    let shape = RequestShape { text_chars: request.text_chars, messages: request.messages, max_output: expected };
+    let shape =
+        RequestShape { text_chars: request.text_chars, messages: request.messages, max_output: expected, choices: 1 };
     if call == MessagesCall::CountTokens && !chain.iter().any(|(_, d)| d.provider == ProviderKind::Anthropic) {
         // No vendor to ask: the gateway's own estimate, the same one its limiter reserves.
         let tokens = estimate::estimate(shape.text_chars, shape.messages, Some(0), None).input;
         return http::io::json_response(200, format!("{{\"input_tokens\":{tokens}}}").into_bytes());
     }
-    let mut outcome = RequestOutcome::new(&rc, &logical, request.stream);
-    outcome.ingress = Ingress::Messages;
-    outcome.shape = Some(shape);
+    let cache = (call == MessagesCall::Create).then(|| {
+        if !model.cache.enabled {
+            return CacheUse::disabled();
+        }
+        let deployments: Vec<&str> = chain.iter().map(|(id, _)| *id).collect();
+        let route = cache_route(&logical, &deployments, &client);
+        CacheUse::decide_message(&model.cache, &request.value, &rc, &route)
+    });
+    if let Some(hit) = match &cache {
+        Some(c) => c.lookup(env, rc.started_ms).await,
+        None => None,
+    } {
+        let outcome = outcome_of(&rc, &logical, &request, shape);
+        return serve_cached(hit, outcome, request.stream, ctx, env);
+    }
     let trip = Trip {
         rc: &rc,
         logical_model: &logical,
@@ -117,12 +137,50 @@ async fn handle(
         stream: request.stream,
         shape,
         needs: request.needs,
-        outcome,
-        cache: None,
+        outcome: outcome_of(&rc, &logical, &request, shape),
+        cache: cache.as_ref(),
         unserved: "No deployment of this model can serve this request.",
     };
     let step = MessagesStep { call, client, request: &request };
     run::run(trip, &step, env, ctx).await
+}
+
+fn outcome_of(rc: &RequestContext, logical: &str, request: &MessagesRequest, shape: RequestShape) -> RequestOutcome {
+    let mut outcome = RequestOutcome::new(rc, logical, request.stream);
+    outcome.ingress = Ingress::Messages;
+    outcome.shape = Some(shape);
+    outcome.end_user = request.user_id.clone();
+    outcome
+}
+
+/// What selects a Messages answer besides the body: the route, the door (a body can be valid at
+/// both doors, the answers are not) and the `anthropic-beta` / `anthropic-version` sent.
+fn cache_route(logical: &str, deployments: &[&str], client: &ClientHeaders) -> String {
+    let scope = cache::key::route_scope(logical, deployments);
+    let (beta, version) = (client.beta.as_deref().unwrap_or(""), client.version.as_deref().unwrap_or(""));
+    format!("messages\0{scope}\0{beta}\0{version}")
+}
+
+/// A kept answer: JSON as stored, or replayed as Anthropic's event sequence for a stream.
+fn serve_cached(
+    answer: CachedAnswer,
+    mut outcome: RequestOutcome,
+    stream: bool,
+    ctx: &Context,
+    env: &Env,
+) -> Result<Response, ApiError> {
+    let now = now_ms();
+    outcome.record_cache_hit(&answer.deployment, answer.usage, now);
+    report::finish(outcome, ctx, env);
+    let mut response = if stream {
+        let sse = cache::message::replay_as_sse(&answer.body)
+            .ok_or_else(|| ApiError::internal("cached answer could not be replayed"))?;
+        http::io::sse_response(futures::stream::once(async move { Ok(sse.into_bytes()) }))?
+    } else {
+        http::io::json_response(200, answer.body.clone().into_bytes())?
+    };
+    CacheUse::mark_hit(&mut response, &answer, now);
+    Ok(response)
 }
 
 fn not_found(model: &str) -> ApiError {
@@ -140,6 +198,8 @@ pub struct MessagesRequest {
     pub needs: Needs,
     /// The session in `metadata.user_id` (Claude Code puts a JSON string with `session_id` there).
     pub session: Option<String>,
+    /// `metadata.user_id` as sent: Anthropic's end-user id, the usage event's `end_user`.
+    pub user_id: Option<String>,
     pub value: Value,
 }
 
@@ -171,10 +231,11 @@ impl MessagesRequest {
             vision: messages.iter().any(has_image),
             context_tokens: 0,
         };
-        let session =
-            obj.get("metadata").and_then(|m| m.get("user_id")).and_then(Value::as_str).and_then(session_of_user_id);
+        let user_id = obj.get("metadata").and_then(|m| m.get("user_id")).and_then(Value::as_str);
+        let session = user_id.and_then(session_of_user_id);
+        let user_id = user_id.filter(|u| !u.is_empty()).map(str::to_string);
         let messages = messages.len();
-        Ok(MessagesRequest { model, stream, max_output, text_chars, messages, needs, session, value })
+        Ok(MessagesRequest { model, stream, max_output, text_chars, messages, needs, session, user_id, value })
     }
 }
 
@@ -252,6 +313,10 @@ impl VendorStep for MessagesStep<'_> {
         }
     }
 
+    fn cache_format(&self) -> Option<AnswerFormat> {
+        (self.call == MessagesCall::Create).then_some(AnswerFormat::Message)
+    }
+
     fn stream(&self, deployment: &Deployment, _now_ms: u64) -> Box<dyn ClientStream> {
         match deployment.provider {
             ProviderKind::Anthropic => Box::new(PassthroughStream::new()),
@@ -271,6 +336,10 @@ impl ClientStream for PassthroughStream {
 
     fn usage(&self) -> Option<crate::canonical::usage::Usage> {
         PassthroughStream::usage(self)
+    }
+
+    fn usage_estimated(&self) -> bool {
+        PassthroughStream::usage_estimated(self)
     }
 
     fn emitted_any(&self) -> bool {
@@ -320,6 +389,7 @@ mod tests {
         assert!(r.stream && r.needs.tools && r.needs.vision);
         assert_eq!(r.max_output, Some(32000));
         assert_eq!(r.session.as_deref(), Some("s-1"));
+        assert_eq!(r.user_id.as_deref(), Some(r#"{"device_id":"d","session_id":"s-1"}"#));
         assert_eq!(r.messages, 1);
         // image bytes are not text
         assert_eq!(

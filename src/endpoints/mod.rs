@@ -4,6 +4,7 @@
 pub mod admin;
 pub mod chat;
 pub mod embeddings;
+pub mod health;
 pub mod messages;
 pub mod models;
 pub mod responses;

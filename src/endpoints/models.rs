@@ -1,4 +1,5 @@
-//! `GET /v1/models`: the logical models this key may use.
+//! `GET /v1/models`: the logical models this key may use: open to its tenant (a model's `tenants`)
+//! and allowed by the key (its `models`). An unrestricted key sees its tenant's and the shared ones.
 
 use crate::auth::context::RequestContext;
 use crate::config;
@@ -10,8 +11,9 @@ pub async fn list(rc: &RequestContext, env: &Env) -> Result<Response, ApiError> 
     let table = config::store::route_table(env, rc.started_ms).await?;
     let data: Vec<serde_json::Value> = table
         .models
-        .keys()
-        .filter(|name| rc.key.allows_model(name))
+        .iter()
+        .filter(|(name, model)| model.open_to(&rc.key.tenant) && rc.key.allows_model(name))
+        .map(|(name, _)| name)
         .map(|name| serde_json::json!({"id": name, "object": "model", "created": 0, "owned_by": "edge-gateway"}))
         .collect();
     let body = serde_json::json!({"object": "list", "data": data});

@@ -94,7 +94,7 @@ pub async fn create(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context)
         }
         Err(_) => {
             let max_output = req.get("max_output_tokens").and_then(Value::as_u64);
-            let shape = RequestShape { text_chars: body.len(), messages: 1, max_output };
+            let shape = RequestShape { text_chars: body.len(), messages: 1, max_output, choices: 1 };
             outcome.shape = Some(shape);
             (shape, Needs::default())
         }
@@ -134,7 +134,7 @@ pub async fn input_tokens(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Co
     let chain = table.chain(&logical, rc.random, rc.session_id.as_deref()).unwrap_or_default();
     let mut outcome = RequestOutcome::new(&rc, &logical, false);
     outcome.ingress = Ingress::Responses;
-    let shape = RequestShape { text_chars: body.len(), messages: 1, max_output: Some(0) };
+    let shape = RequestShape { text_chars: body.len(), messages: 1, max_output: Some(0), choices: 1 };
     outcome.shape = Some(shape);
     let trip = Trip {
         rc: &rc,
@@ -242,6 +242,13 @@ impl ClientStream for ResponsesStream {
         match self {
             ResponsesStream::Pass(s) => s.usage(),
             ResponsesStream::Chat(s) => s.usage(),
+        }
+    }
+
+    fn usage_estimated(&self) -> bool {
+        match self {
+            ResponsesStream::Pass(_) => false,
+            ResponsesStream::Chat(s) => s.usage_estimated(),
         }
     }
 

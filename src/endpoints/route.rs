@@ -15,7 +15,12 @@ pub async fn table(env: &Env, rc: &RequestContext) -> Result<Rc<RouteTable>, Api
 
 /// The logical model, if it exists and the key may use it.
 pub fn model<'t>(table: &'t RouteTable, rc: &RequestContext, logical: &str) -> Result<&'t LogicalModel, ApiError> {
-    let model = table.models.get(logical).ok_or_else(|| ApiError::model_not_found(logical))?;
+    // Another tenant's model does not exist for this key: same answer as an unknown name.
+    let model = table
+        .models
+        .get(logical)
+        .filter(|m| m.open_to(&rc.key.tenant))
+        .ok_or_else(|| ApiError::model_not_found(logical))?;
     if !rc.key.allows_model(logical) {
         return Err(ApiError::new(
             403,

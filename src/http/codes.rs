@@ -18,6 +18,8 @@ pub const MODEL_NOT_ALLOWED: &str = "model_not_allowed";
 pub const INVALID_ADMIN_TOKEN: &str = "invalid_admin_token";
 /// `/admin/status` without `ADMIN_TOKEN` configured.
 pub const ADMIN_DISABLED: &str = "admin_disabled";
+/// Too many bad admin tokens lately (per isolate): 429 with `Retry-After`.
+pub const ADMIN_AUTH_RATE_LIMITED: &str = "admin_auth_rate_limited";
 
 // The request itself (400, 404, 405, 413)
 /// The body is not JSON.
@@ -36,6 +38,8 @@ pub const EMPTY_ARRAY: &str = "empty_array";
 pub const INTEGER_BELOW_MIN_VALUE: &str = "integer_below_min_value";
 /// The body could not be read.
 pub const UNREADABLE_BODY: &str = "unreadable_body";
+/// A gateway header (`x-gateway-timeout-ms`, …) with a value it cannot use; `param` names it.
+pub const INVALID_HEADER: &str = "invalid_header_value";
 /// The body exceeds the gateway's limit (413).
 pub const REQUEST_TOO_LARGE: &str = "request_too_large";
 /// No such endpoint (404).
@@ -98,6 +102,8 @@ pub const UPSTREAM_STREAM_INTERRUPTED: &str = "upstream_stream_interrupted";
 pub const UPSTREAM_AUTH_ERROR: &str = "upstream_auth_error";
 /// The vendor does not know the deployment's model (502).
 pub const UPSTREAM_MODEL_NOT_FOUND: &str = "upstream_model_not_found";
+/// The vendor's answer outgrew the route's `max_answer_bytes`.
+pub const UPSTREAM_ANSWER_TOO_LARGE: &str = "upstream_answer_too_large";
 
 /// A limiter refusal (429): which scope (`key`, `tenant`, `deployment`) and which limit
 /// (`rpm`, `tpm`, `breaker_open`, …), e.g. `tenant_rpm`.
@@ -115,6 +121,7 @@ pub const ALL: &[&str] = &[
     MODEL_NOT_ALLOWED,
     INVALID_ADMIN_TOKEN,
     ADMIN_DISABLED,
+    ADMIN_AUTH_RATE_LIMITED,
     INVALID_JSON,
     INVALID_REQUEST,
     INVALID_TYPE,
@@ -123,6 +130,7 @@ pub const ALL: &[&str] = &[
     EMPTY_ARRAY,
     INTEGER_BELOW_MIN_VALUE,
     UNREADABLE_BODY,
+    INVALID_HEADER,
     REQUEST_TOO_LARGE,
     UNKNOWN_URL,
     METHOD_NOT_ALLOWED,
@@ -151,6 +159,7 @@ pub const ALL: &[&str] = &[
     UPSTREAM_STREAM_INTERRUPTED,
     UPSTREAM_AUTH_ERROR,
     UPSTREAM_MODEL_NOT_FOUND,
+    UPSTREAM_ANSWER_TOO_LARGE,
 ];
 
 #[cfg(test)]

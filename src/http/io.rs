@@ -2,7 +2,8 @@
 
 use crate::http::codes;
 use crate::http::error::ApiError;
-use worker::{Request, Response, ResponseBuilder};
+use crate::http::incoming::Incoming;
+use worker::{Response, ResponseBuilder};
 
 /// Largest request body accepted; image-bearing chat requests can be several MiB.
 pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
@@ -52,16 +53,16 @@ where
         .map_err(|e| ApiError::internal(e.to_string()))
 }
 
-async fn drain(req: &mut Request) {
+async fn drain(req: &Incoming) {
     use futures::StreamExt;
-    if let Ok(mut body) = req.stream() {
+    if let Some(mut body) = req.stream() {
         while let Some(Ok(_)) = body.next().await {}
     }
 }
 
 /// Reads the body, refusing anything over `MAX_BODY_BYTES` (by header first, then by size).
-pub async fn read_body(req: &mut Request) -> Result<Vec<u8>, ApiError> {
-    let declared = req.headers().get("content-length").ok().flatten().and_then(|v| v.parse::<usize>().ok());
+pub async fn read_body(req: &Incoming) -> Result<Vec<u8>, ApiError> {
+    let declared = req.headers.get("content-length").and_then(|v| v.parse::<usize>().ok());
     if let Some(n) = declared.filter(|n| *n > MAX_BODY_BYTES) {
         if n <= MAX_DRAINED_BYTES {
             drain(req).await;

@@ -3,5 +3,7 @@
 pub mod anthropic_error;
 pub mod codes;
 pub mod error;
+pub mod header_map;
+pub mod incoming;
 pub mod io;
 pub mod sse;

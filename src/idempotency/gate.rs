@@ -1,13 +1,14 @@
 //! `Idempotency-Key` in the request path: one `IdempotencyStore` object per tenant+key decides
 //! whether this request proceeds, waits (409), replays the stored answer, or is refused (422).
 
+use crate::auth::context::RequestContext;
 use crate::http;
 use crate::http::codes;
 use crate::http::error::ApiError;
 use crate::idempotency::{self, IdempotencyRequest, IdempotencyResponse, Settle, REPLAYED_HEADER};
 use limiter::idempotency::call;
 use serde_json::Value;
-use worker::{Env, Request, Response, Stub};
+use worker::{Env, Response, Stub};
 
 pub const IDEMPOTENCY_BINDING: &str = "IDEMPOTENCY";
 
@@ -32,9 +33,9 @@ fn unavailable(e: impl std::fmt::Display) -> ApiError {
 /// Longest a first request may run before its key stops blocking retries (the routes' maximum deadline).
 const MAX_DEADLINE_MS: u64 = 900_000;
 
-pub async fn enter(req: &Request, env: &Env, tenant: &str, request_id: &str, body: &[u8]) -> Result<Entry, ApiError> {
-    let header = req.headers().get(idempotency::HEADER).ok().flatten();
-    let Some(key) = idempotency::parse_key(header.as_deref())? else { return Ok(Entry::Open) };
+pub async fn enter(rc: &RequestContext, env: &Env, body: &[u8]) -> Result<Entry, ApiError> {
+    let (tenant, request_id) = (rc.key.tenant.as_str(), rc.request_id.as_str());
+    let Some(key) = idempotency::parse_key(rc.headers.get(idempotency::HEADER))? else { return Ok(Entry::Open) };
     let parsed: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
     if parsed.get("stream") == Some(&Value::Bool(true)) {
         return Err(ApiError::invalid_request(

@@ -28,8 +28,8 @@ use limiter::breaker::BreakerState;
 use limiter::client;
 use limiter::limits::{Amounts, Limits};
 use limiter::protocol::{
-    object_name, scope_object_name, AdmitDecision, AdmitRequest, LeaseAsk, LeaseDecision, LeaseGrant, LeaseRequest,
-    Outcome, RejectCode, ReleaseRequest, SettleRequest, TokenUsage, UpstreamSignals,
+    object_name, scope_object_name, AdmitDecision, AdmitRequest, FaultReason, LeaseAsk, LeaseDecision, LeaseGrant,
+    LeaseRequest, Outcome, RejectCode, ReleaseRequest, SettleRequest, TokenUsage, UpstreamSignals,
 };
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -79,7 +79,7 @@ pub async fn admit(
     estimate: TokenEstimate,
     max_wait_ms: u64,
 ) -> Admit {
-    let Some(limits) = &deployment.limits else {
+    let Some(limits) = deployment.enforced_limits() else {
         return Admit::Admitted(unlimited());
     };
     // Only a deployment sharing its capacity fairly needs to know who asks.
@@ -342,12 +342,64 @@ fn log_failed(event: &str, object: &str, error: &str) {
     worker::console_error!("{}", serde_json::json!({"event": event, "limiter": object, "error": error}));
 }
 
+/// Tells a deployment's breaker of a fault found without calling the vendor (a credential not
+/// bound), in the background: it opens with that reason. An isolate reports it at most once per
+/// quiet time; a deployment without a breaker learns nothing.
+pub fn report_fault(env: &Env, ctx: &Context, deployment_id: &str, deployment: &Deployment, reason: FaultReason) {
+    if deployment.enforced_limits().is_none_or(|l| !l.breaker.enabled) {
+        return;
+    }
+    let object = object_name(deployment_id);
+    if leases(|c| c.report_fault(&object, now_ms())) {
+        ctx.wait_until(send_fault(env.clone(), object, reason));
+    }
+}
+
+async fn send_fault(env: Env, object: String, reason: FaultReason) {
+    let Some(stub) = stub_for(&env, &object) else { return };
+    let tally = leases(|c| c.take_tally(&object, now_ms()));
+    // An id the object never admitted: it applies the outcome, with nothing to reconcile.
+    let id = format!("fault:{:016x}", random_u64());
+    let outcome = Outcome::Fault { reason };
+    let request = SettleRequest { id, outcome, usage: None, signals: UpstreamSignals::default(), tally: tally.clone() };
+    if let Err(e) = client::settle(&stub, request).await {
+        leases(|c| c.restore_tally(&object, tally));
+        log_failed("limiter_settle_failed", &object, &e.to_string());
+    }
+}
+
+/// A settlement the limiter object must receive.
+struct RemoteSettle {
+    stub: Stub,
+    object: String,
+    request: SettleRequest,
+}
+
+impl RemoteSettle {
+    async fn send(self) {
+        let RemoteSettle { stub, object, request } = self;
+        let tally = request.tally.clone();
+        match client::settle(&stub, request).await {
+            Ok(report) if report.breaker != BreakerState::Closed => {
+                leases(|c| c.unhealthy(&object, MAX_QUIET_MS, now_ms()));
+            }
+            Ok(_) => {}
+            Err(e) => {
+                leases(|c| c.restore_tally(&object, tally));
+                log_failed("limiter_settle_failed", &object, &e.to_string());
+            }
+        }
+    }
+}
+
 /// What the breaker should learn from an attempt's end.
 pub fn outcome_for(class: Option<ErrorClass>, retry_after_ms: Option<u64>) -> Outcome {
     match class {
         None => Outcome::Success,
         Some(ErrorClass::RateLimited) => Outcome::RateLimited { retry_after_ms },
         Some(ErrorClass::QuotaExhausted) => Outcome::QuotaExhausted,
+        Some(ErrorClass::Auth) => Outcome::Fault { reason: FaultReason::VendorAuth },
+        Some(ErrorClass::NotFound) => Outcome::Fault { reason: FaultReason::ModelNotFound },
         Some(c) if c.counts_for_breaker() => Outcome::Failure,
         Some(_) => Outcome::Neutral,
     }
@@ -365,32 +417,41 @@ impl Admission {
     /// Settles the admission; `usage: None` keeps the estimate charged. A local admission stays
     /// local unless its outcome is urgent; an object admission carries the pending tally.
     pub async fn settle(self, outcome: Outcome, usage: Option<TokenUsage>, signals: UpstreamSignals) {
-        let (stub, object, request) = match self.via {
-            Via::Unlimited => return,
+        if let Some(remote) = self.settle_locally(outcome, usage, signals) {
+            remote.send().await;
+        }
+    }
+
+    /// [`Admission::settle`] from a request's path: what stays in the isolate is done at once, and
+    /// only a message the limiter object must get goes to the background (usually none, on a lease).
+    pub fn settle_in(self, ctx: &Context, outcome: Outcome, usage: Option<TokenUsage>, signals: UpstreamSignals) {
+        if let Some(remote) = self.settle_locally(outcome, usage, signals) {
+            ctx.wait_until(remote.send());
+        }
+    }
+
+    /// The isolate's part of settling; the object's part, if it has one, for the caller to send.
+    fn settle_locally(
+        self,
+        outcome: Outcome,
+        usage: Option<TokenUsage>,
+        signals: UpstreamSignals,
+    ) -> Option<RemoteSettle> {
+        match self.via {
+            Via::Unlimited => None,
             Via::Object { stub, object, id } => {
                 let tally = leases(|c| c.settle_remote(&object, &outcome, &signals, now_ms()));
-                (stub, object, SettleRequest { id, outcome, usage, signals, tally })
+                Some(RemoteSettle { stub, object, request: SettleRequest { id, outcome, usage, signals, tally } })
             }
             Via::Lease { env, object, id, ticket } => {
                 let action = leases(|c| c.settle_local(&object, &ticket, &outcome, usage, &signals, now_ms()));
-                let SettleAction::Now(tally) = action else { return };
+                let SettleAction::Now(tally) = action else { return None };
                 let Some(stub) = stub_for(&env, &object) else {
                     leases(|c| c.restore_tally(&object, tally));
-                    return;
+                    return None;
                 };
                 // Usage was reconciled against the lease; the object learns the outcome.
-                (stub, object, SettleRequest { id, outcome, usage: None, signals, tally })
-            }
-        };
-        let tally = request.tally.clone();
-        match client::settle(&stub, request).await {
-            Ok(report) if report.breaker != BreakerState::Closed => {
-                leases(|c| c.unhealthy(&object, MAX_QUIET_MS, now_ms()));
-            }
-            Ok(_) => {}
-            Err(e) => {
-                leases(|c| c.restore_tally(&object, tally));
-                log_failed("limiter_settle_failed", &object, &e.to_string());
+                Some(RemoteSettle { stub, object, request: SettleRequest { id, outcome, usage: None, signals, tally } })
             }
         }
     }
@@ -448,7 +509,7 @@ impl Scopes {
     /// concern the deployment only.
     pub fn settle(&self, ctx: &Context, usage: Option<TokenUsage>) {
         for admission in self.take() {
-            ctx.wait_until(admission.settle(Outcome::Neutral, usage, UpstreamSignals::default()));
+            admission.settle_in(ctx, Outcome::Neutral, usage, UpstreamSignals::default());
         }
     }
 

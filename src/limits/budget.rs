@@ -14,15 +14,15 @@ use crate::config::prices::{self, PriceTable};
 use crate::config::routes::Deployment;
 use crate::http::codes;
 use crate::http::error::ApiError;
+use crate::http::header_map::HeaderText;
 use crate::support::clock::now_ms;
 use crate::support::log;
-use crate::usage::estimate;
 use crate::usage::record::BudgetClaim;
 use crate::usage::record::RequestShape;
 use limiter::budget::{self, BudgetRefusal, BudgetRequest, BudgetResponse, Period, Reserve, Settle};
 use limiter::utc;
 use std::time::Duration;
-use worker::{Env, Response};
+use worker::Env;
 
 pub const BUDGET_BINDING: &str = "BUDGET";
 /// Set to `soft_exceeded` on answers admitted while the tenant's spend is past its soft limit.
@@ -43,7 +43,7 @@ const SETTLE_RETRY_DELAY_MS: u64 = 200;
 pub fn deployment_cost(d: &Deployment, shape: &RequestShape, prices: &PriceTable, at_ms: u64) -> Option<u64> {
     let key = d.price.as_deref().unwrap_or(&d.model);
     let price = prices.price_at(key, at_ms)?.entry;
-    let e = estimate::estimate(shape.text_chars, shape.messages, shape.max_output, d.default_max_tokens);
+    let e = shape.estimate(d.default_max_tokens);
     let prompt_price = price.input.max(price.cached_read).max(price.cache_write);
     let total = u128::from(e.input) * u128::from(prompt_price) + u128::from(e.output) * u128::from(price.output);
     Some(u64::try_from(total.div_ceil(1_000_000)).unwrap_or(u64::MAX))
@@ -57,7 +57,7 @@ pub fn estimate_cost(
     prices: Option<&PriceTable>,
     at_ms: u64,
 ) -> u64 {
-    let shape = shape.copied().unwrap_or(RequestShape { text_chars: 0, messages: 0, max_output: None });
+    let shape = shape.copied().unwrap_or(RequestShape { text_chars: 0, messages: 0, max_output: None, choices: 1 });
     let most =
         prices.map_or(0, |p| chain.iter().filter_map(|(_, d)| deployment_cost(d, &shape, p, at_ms)).max().unwrap_or(0));
     most.max(MIN_RESERVE_MICRO_USD)
@@ -166,9 +166,9 @@ pub async fn settle(env: &Env, claim: &BudgetClaim, actual_micro_usd: u64) -> Op
 }
 
 /// Adds the soft-limit warning header to an admitted request's answer.
-pub fn mark(response: &mut Response, soft_exceeded: bool) {
+pub fn mark(headers: &mut HeaderText, soft_exceeded: bool) {
     if soft_exceeded {
-        let _ = response.headers_mut().set(SOFT_HEADER, "soft_exceeded");
+        let _ = headers.add(SOFT_HEADER, "soft_exceeded");
     }
 }
 
@@ -208,7 +208,7 @@ mod tests {
     fn estimate_is_the_dearest_deployment_of_the_chain() {
         let routes = routes();
         let p = prices();
-        let shape = RequestShape { text_chars: 400, messages: 2, max_output: Some(100) };
+        let shape = RequestShape { text_chars: 400, messages: 2, max_output: Some(100), choices: 1 };
         // 400 / 4 + 2 × 4 = 108 prompt tokens, 100 output.
         let cheap = deployment_cost(&routes.deployments["cheap"], &shape, &p, T0).unwrap();
         assert_eq!(cheap, (108 * 150_000 + 100 * 600_000u64).div_ceil(1_000_000));
@@ -242,7 +242,7 @@ mod tests {
     fn estimate_bounds_what_the_event_will_bill() {
         let routes = routes();
         let p = prices();
-        let shape = RequestShape { text_chars: 40, messages: 1, max_output: Some(20) };
+        let shape = RequestShape { text_chars: 40, messages: 1, max_output: Some(20), choices: 1 };
         let reserved = deployment_cost(&routes.deployments["cheap"], &shape, &p, T0).unwrap();
         // The vendor counts no more than the estimate: 10 + 4 prompt tokens, 20 output.
         let billed = crate::canonical::usage::Usage { input: 9, cached_read: 5, output: 20, ..Default::default() };

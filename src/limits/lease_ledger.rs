@@ -318,13 +318,16 @@ impl Local {
         })
     }
 
+    /// Whether to ask now. A deployment without buckets (`free`: the lease only says the breaker
+    /// is closed) holds nothing back from anyone, so it is worth asking from the first request.
     fn wants_more(&self, limits: &Limits, now_ms: u64) -> bool {
         let asking = self.asking.as_ref().is_some_and(|(_, since)| now_ms < since.saturating_add(ASK_TIMEOUT_MS));
         if asking || now_ms < self.quiet_until_ms || self.slices.len() >= MAX_SLICES {
             return false;
         }
+        let free = !limits.has_buckets();
         // A hold does not stop asks: at a saturated limit, slices carry what the refill brings.
-        if !self.demand.worth_leasing(limits, now_ms) {
+        if !free && !self.demand.worth_leasing(limits, now_ms) {
             return false;
         }
         let ahead = policy::renew_ahead_ms(self.round_trip_ms);
@@ -334,7 +337,11 @@ impl Local {
     /// What to ask for: what a slice's usable life needs at the isolate's rate (see
     /// `lease_policy::sizing_rate`) less what the slices will still admit, in typical requests
     /// with their tokens (so every slice can admit on its own), never a fragment of a small limit.
+    /// Without buckets, as much as one lease may carry: it takes nothing.
     fn want(&self, limits: &Limits, now_ms: u64) -> Amounts {
+        if !limits.has_buckets() {
+            return Amounts { requests: MAX_WANT, ..Amounts::default() };
+        }
         let rate = policy::sizing_rate(self.demand.rates(now_ms));
         let most = policy::max_slice(limits).unwrap_or(MIN_WANT).min(MAX_WANT);
         let over =
@@ -544,6 +551,19 @@ impl LeaseLedger {
         local.retire_all()
     }
 
+    /// Whether this isolate should tell the object of a fault it found on its own (a missing
+    /// credential): not while it already knows the deployment is unhealthy. Saying yes starts
+    /// that quiet time, so each isolate reports at most once per [`MAX_QUIET_MS`].
+    pub fn report_fault(&mut self, deployment: &str, now_ms: u64) -> bool {
+        let local = self.local(deployment);
+        if now_ms < local.quiet_until_ms {
+            return false;
+        }
+        local.quiet_until_ms = now_ms + MAX_QUIET_MS;
+        local.retire_all();
+        true
+    }
+
     /// Everything to tell the object, to ride along with the next message.
     pub fn take_tally(&mut self, deployment: &str, now_ms: u64) -> Tally {
         self.local(deployment).take_tally(now_ms)
@@ -625,7 +645,7 @@ fn local_in<'a>(deployments: &'a mut HashMap<String, Local>, deployment: &str) -
 /// Whether the object must hear of this settle now rather than with the next message.
 fn urgent(outcome: &Outcome, signals: &UpstreamSignals, held: Delta) -> bool {
     let below = |told: Option<u64>, held: i64| told.is_some_and(|n| signed(n) < held);
-    matches!(outcome, Outcome::Failure | Outcome::RateLimited { .. } | Outcome::QuotaExhausted)
+    matches!(outcome, Outcome::Failure | Outcome::Fault { .. } | Outcome::RateLimited { .. } | Outcome::QuotaExhausted)
         || signals.retry_after_ms.is_some()
         || below(signals.remaining_requests, held.requests)
         || below(signals.remaining_tokens, held.tokens)

@@ -8,6 +8,7 @@ pub struct DecisionLog {
     logical_model: String,
     candidates: Vec<Value>,
     warnings: Vec<String>,
+    alerts: Vec<Value>,
     served: Option<String>,
     capability_skips: Vec<&'static str>,
     tried: usize,
@@ -21,6 +22,7 @@ impl DecisionLog {
             logical_model: logical_model.to_string(),
             candidates: Vec::new(),
             warnings: Vec::new(),
+            alerts: Vec::new(),
             served: None,
             capability_skips: Vec::new(),
             tried: 0,
@@ -39,6 +41,12 @@ impl DecisionLog {
     pub fn warn_unknown(&mut self, deployment: &str, unknown: &[&'static str]) {
         self.warnings
             .push(format!("{deployment}: capabilities not declared, passed as unknown: {}", unknown.join(", ")));
+    }
+
+    /// A deployment's own configuration is broken (its vendor key, model, credential): an
+    /// operator must act, so the line is written at error level.
+    pub fn alert(&mut self, deployment: &str, reason: &str) {
+        self.alerts.push(json!({"deployment": deployment, "reason": reason}));
     }
 
     pub fn refused(&mut self, deployment: &str, code: &str, retry_after_ms: u64) {
@@ -85,19 +93,24 @@ impl DecisionLog {
             "served": self.served,
             "fallback": self.fell_back(),
             "warnings": self.warnings,
+            "alerts": self.alerts,
         })
     }
 
     /// Whether the line says more than the usage event already does: a plain success of the
     /// first candidate is left out (logging every request costs a fifth of the throughput).
     pub fn informative(&self) -> bool {
-        self.served.is_none() || self.candidates.len() > 1 || !self.warnings.is_empty()
+        self.served.is_none() || self.candidates.len() > 1 || !self.warnings.is_empty() || !self.alerts.is_empty()
     }
 
     pub fn emit(&mut self) {
         if !self.emitted && self.informative() {
             self.emitted = true;
-            crate::support::log::info(self.to_json());
+            if self.alerts.is_empty() {
+                crate::support::log::info(self.to_json());
+            } else {
+                crate::support::log::error(self.to_json());
+            }
         }
     }
 }
@@ -116,6 +129,19 @@ mod tests {
         assert_eq!(v["candidates"][0]["reason"], "server_error");
         assert_eq!(v["served"], "backup");
         assert_eq!(log.capability_gap(), None);
+    }
+
+    #[test]
+    fn alerts_name_the_deployment_and_its_fault() {
+        let mut log = DecisionLog::new("r", "m");
+        log.failed("a", "auth");
+        log.alert("a", "vendor_auth");
+        log.served("b");
+        assert_eq!(log.to_json()["alerts"], json!([{"deployment": "a", "reason": "vendor_auth"}]));
+        let mut quiet = DecisionLog::new("r", "m");
+        quiet.alert("a", "missing_credential");
+        quiet.served("a");
+        assert!(quiet.informative(), "an alert is always written");
     }
 
     #[test]

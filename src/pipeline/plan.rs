@@ -313,7 +313,7 @@ impl Planner {
 /// The error recorded when the deadline passes between admission and sending.
 pub fn deadline_error() -> UpstreamError {
     UpstreamError {
-        class: ErrorClass::Timeout,
+        class: ErrorClass::DeadlineExceeded,
         status: 0,
         message: "the request's deadline passed before a deployment answered".into(),
         retry_after_ms: None,

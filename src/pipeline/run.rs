@@ -4,31 +4,31 @@
 //! event and one decision-log line however it ends.
 
 use crate::auth::context::RequestContext;
-use crate::cache::policy::{self, CachedAnswer};
-use crate::cache::store::CacheUse;
+use crate::cache::store::{CacheSlot, CacheUse};
 use crate::config::routes::{Deployment, LogicalModel};
 use crate::http::codes;
 use crate::http::error::ApiError;
+use crate::http::header_map::HeaderText;
 use crate::http::io;
 use crate::limits::admission::{self, Admission, Admit, Scopes};
 use crate::limits::budget;
 use crate::limits::refusal::refusal_error;
-use crate::pipeline::attempt::{
-    credential, scope_estimate, set_remaining, settle_failure, signals_of, with_route_headers,
-};
+use crate::pipeline::answer_limit::AnswerLimit;
+use crate::pipeline::attempt::{credential, route_headers, scope_estimate, settle_failure, signals_of};
 use crate::pipeline::decision_log::DecisionLog;
 use crate::pipeline::gate::{self, Gate, Needs};
-use crate::pipeline::plan::{deadline_error, Candidate, IsolateRetryBudgets, Planner, Step};
+use crate::pipeline::plan::{deadline_error, Candidate, IsolateRetryBudgets, Planner, Skip, Step};
 use crate::pipeline::report;
 use crate::pipeline::step::VendorStep;
 use crate::pipeline::stream::{self, AfterStream, StreamAttempt};
+use crate::pipeline::timeouts::AttemptClock;
 use crate::pipeline::upstream::{self, UpstreamResponse};
 use crate::providers::{self, ErrorClass, UpstreamError};
 use crate::support::clock::now_ms;
-use crate::usage::estimate::{self, TokenEstimate};
+use crate::usage::estimate::TokenEstimate;
 use crate::usage::record::RequestShape;
 use crate::usage::record::{Attempt, RequestOutcome};
-use limiter::protocol::{TokenUsage, UpstreamSignals};
+use limiter::protocol::{FaultReason, Outcome, TokenUsage, UpstreamSignals};
 use worker::{Context, Env, Response};
 
 /// What an endpoint tells the pipeline about one request.
@@ -64,8 +64,7 @@ pub async fn run(trip: Trip<'_>, step: &dyn VendorStep, env: &Env, ctx: &Context
     let soft_budget = claim.as_ref().is_some_and(|c| c.soft_exceeded);
     trip.outcome.budget = claim;
     // Key, then tenant, before any deployment: released again if no deployment takes the request.
-    let RequestShape { text_chars, messages, max_output } = trip.shape;
-    let need = scope_estimate(text_chars, messages, max_output, &trip.chain);
+    let need = scope_estimate(&trip.shape, &trip.chain);
     let scopes = match admission::admit_scopes(env, ctx, rc, need).await {
         Ok(scopes) => scopes,
         Err(refused) => return Err(refuse(trip.outcome, refusal_error(&refused), ctx, env)),
@@ -74,14 +73,7 @@ pub async fn run(trip: Trip<'_>, step: &dyn VendorStep, env: &Env, ctx: &Context
     loop {
         match driver.planner.next(now_ms(), &mut IsolateRetryBudgets) {
             Step::Stop(_) => return driver.give_up().await,
-            Step::Skip { index, reason } => {
-                driver.warn_unknown(index);
-                let missing = match &reason {
-                    crate::pipeline::plan::Skip::Capability(missing) => missing.as_slice(),
-                    _ => &[],
-                };
-                driver.log.skip(driver.trip.chain[index].0, reason.as_str(), missing);
-            }
+            Step::Skip { index, reason } => driver.skip(index, reason),
             Step::Try { index, wait_ms } => {
                 driver.warn_unknown(index);
                 if wait_ms > 0 {
@@ -130,12 +122,9 @@ impl<'a> Driver<'a> {
         scopes: Scopes,
         deadline_ms: u64,
     ) -> Self {
-        let RequestShape { text_chars, messages, max_output } = trip.shape;
-        let estimates: Vec<TokenEstimate> = trip
-            .chain
-            .iter()
-            .map(|(_, d)| estimate::estimate(text_chars, messages, max_output, d.default_max_tokens))
-            .collect();
+        let max_output = trip.shape.max_output;
+        let estimates: Vec<TokenEstimate> =
+            trip.chain.iter().map(|(_, d)| trip.shape.estimate(d.default_max_tokens)).collect();
         let credentials: Vec<Option<String>> = trip.chain.iter().map(|(_, d)| credential(env, &d.credential)).collect();
         let candidates = trip
             .chain
@@ -143,6 +132,7 @@ impl<'a> Driver<'a> {
             .zip(&estimates)
             .zip(&credentials)
             .map(|(((id, d), e), c)| {
+                // One choice's output is what must fit in the context window.
                 let needs = Needs { context_tokens: e.input + max_output.unwrap_or(0), ..trip.needs };
                 Candidate { id: id.to_string(), gate: gate::gate(&d.capabilities, &needs), has_credential: c.is_some() }
             })
@@ -150,6 +140,23 @@ impl<'a> Driver<'a> {
         let planner = Planner::new(candidates, trip.model.retry, deadline_ms, trip.rc.random);
         let log = DecisionLog::new(&trip.rc.request_id, trip.logical_model);
         Driver { trip, step, env, ctx, scopes, planner, log, credentials, estimates }
+    }
+
+    /// A candidate passed over; one whose credential is not bound is the deployment's fault:
+    /// its breaker learns it and the decision log raises it.
+    fn skip(&mut self, index: usize, reason: Skip) {
+        self.warn_unknown(index);
+        let (id, deployment) = self.trip.chain[index];
+        let missing = match &reason {
+            Skip::Capability(missing) => missing.as_slice(),
+            Skip::CredentialMissing => {
+                self.log.alert(id, FaultReason::MissingCredential.as_str());
+                admission::report_fault(self.env, self.ctx, id, deployment, FaultReason::MissingCredential);
+                &[]
+            }
+            Skip::RetryBudgetExhausted => &[],
+        };
+        self.log.skip(id, reason.as_str(), missing);
     }
 
     fn warn_unknown(&mut self, index: usize) {
@@ -192,6 +199,9 @@ impl<'a> Driver<'a> {
             }
             Err(err) => {
                 self.log.failed(id, err.class.as_str());
+                if let Outcome::Fault { reason } = admission::outcome_for(Some(err.class), None) {
+                    self.log.alert(id, reason.as_str());
+                }
                 self.trip.outcome.attempts.push(Attempt::failed(id, deployment, &err, started_ms, now_ms()));
                 self.planner.failed(err);
                 None
@@ -217,18 +227,16 @@ impl<'a> Driver<'a> {
         started_ms: u64,
     ) -> Result<Response, UpstreamError> {
         let deployment = self.trip.chain[index].1;
-        let budget_ms = self.planner.deadline_ms().saturating_sub(started_ms);
-        let timeouts = &deployment.timeouts;
-        let headers_timeout =
-            if self.trip.stream { timeouts.connect_ms + timeouts.first_token_ms } else { timeouts.total_ms };
-        let sent = upstream::send(call, &self.trip.rc.request_id, headers_timeout.min(budget_ms)).await;
+        let clock = AttemptClock::new(started_ms, deployment.timeouts, self.planner.deadline_ms());
+        let sent = upstream::send(call, &self.trip.rc.request_id, clock.headers(self.trip.stream, now_ms())).await;
         match sent {
             Ok(up) if (200..300).contains(&up.status) && self.trip.stream => {
-                self.relay_stream(index, up, admission, started_ms).await
+                self.relay_stream(index, up, admission, clock).await
             }
-            Ok(up) if (200..300).contains(&up.status) => self.relay_json(index, up, admission, started_ms).await,
+            Ok(up) if (200..300).contains(&up.status) => self.relay_json(index, up, admission, clock).await,
             Ok(mut up) => {
-                let body = upstream::read_body(&mut up, timeouts.total_ms.min(budget_ms)).await.unwrap_or_default();
+                let limit = AnswerLimit::new(self.trip.model.max_answer_bytes);
+                let body = upstream::read_body(&mut up, clock.body(now_ms()), limit).await.unwrap_or_default();
                 let retry_after = upstream::header(&up, "retry-after");
                 let err = providers::classify(deployment.provider, up.status, retry_after.as_deref(), &body);
                 let signals = signals_of(&up, err.retry_after_ms);
@@ -243,9 +251,8 @@ impl<'a> Driver<'a> {
     }
 
     /// Where the cache keeps this request's answer, if it may.
-    fn cache_store(&self) -> Option<(String, u32)> {
-        let cache = self.trip.cache.filter(|_| self.step.cacheable())?;
-        cache.key.clone().zip(cache.decision.store_ttl_s())
+    fn cache_store(&self) -> Option<CacheSlot> {
+        self.trip.cache?.slot(self.step.cache_format()?)
     }
 
     async fn relay_json(
@@ -253,10 +260,12 @@ impl<'a> Driver<'a> {
         index: usize,
         mut up: UpstreamResponse,
         admission: Admission,
-        started_ms: u64,
+        clock: AttemptClock,
     ) -> Result<Response, UpstreamError> {
         let (id, deployment) = self.trip.chain[index];
-        let translated = match upstream::read_body(&mut up, deployment.timeouts.total_ms).await {
+        let started_ms = clock.sent_ms();
+        let limit = AnswerLimit::new(self.trip.model.max_answer_bytes);
+        let translated = match upstream::read_body(&mut up, clock.body(now_ms()), limit).await {
             Ok(body) => self.step.translate(deployment, &body, now_ms()),
             Err(e) => Err(e),
         };
@@ -269,14 +278,13 @@ impl<'a> Driver<'a> {
             }
         };
         let usage = answer.usage.as_ref().map(admission::token_usage);
-        self.ctx.wait_until(admission.settle(admission::outcome_for(None, None), usage, signals));
+        admission.settle_in(self.ctx, admission::outcome_for(None, None), usage, signals);
         self.scopes.settle(self.ctx, usage);
         let record = Attempt::succeeded(id, deployment, answer.usage, started_ms, now_ms(), None);
         self.trip.outcome.attempts.push(record);
-        if let Some((key, ttl_s)) = self.cache_store() {
-            if serde_json::from_str::<serde_json::Value>(&answer.body).is_ok_and(|v| policy::storable(&v)) {
-                let cached = CachedAnswer::new(answer.body.clone(), answer.usage, id.to_string(), now_ms(), ttl_s);
-                self.ctx.wait_until(CacheUse::store(key, cached, self.trip.rc.env.clone()));
+        if let Some(slot) = self.cache_store() {
+            if let Some(cached) = slot.entry(&answer.body, answer.usage, id, now_ms()) {
+                self.ctx.wait_until(CacheUse::store(slot.key, cached, self.trip.rc.env.clone()));
             }
         }
         io::json_response(200, answer.body.into_bytes()).map_err(|e| internal(e.message))
@@ -287,11 +295,12 @@ impl<'a> Driver<'a> {
         index: usize,
         up: UpstreamResponse,
         admission: Admission,
-        started_ms: u64,
+        clock: AttemptClock,
     ) -> Result<Response, UpstreamError> {
         let (id, deployment) = self.trip.chain[index];
         let scopes = self.scopes.clone();
-        let attempt = StreamAttempt { id, deployment, started_ms, admission, scopes };
+        let limit = AnswerLimit::new(self.trip.model.max_answer_bytes);
+        let attempt = StreamAttempt { id, deployment, clock, admission, scopes, limit };
         let after = AfterStream {
             outcome: self.trip.outcome.clone(),
             cache_store: self.cache_store(),
@@ -310,15 +319,16 @@ impl<'a> Driver<'a> {
         self.log.served(id);
         let fallback = self.log.fell_back();
         self.log.emit();
-        let headers = response.headers_mut();
-        let _ = headers.set("x-gateway-fallback", if fallback { "true" } else { "false" });
+        // Every gateway header in one call into the runtime.
+        let mut text = HeaderText::default();
+        let _ = text.add("x-gateway-fallback", if fallback { "true" } else { "false" });
         if let Some(cache) = self.trip.cache {
-            let _ = headers.set("x-gateway-cache", &cache.miss_label());
+            let _ = text.add("x-gateway-cache", &cache.miss_label());
         }
         let attempts = self.planner.attempts() as usize;
-        let mut response = with_route_headers(response, self.trip.rc, id, deployment, attempts);
-        set_remaining(&mut response, remaining);
-        budget::mark(&mut response, soft_budget);
+        route_headers(&mut text, self.trip.rc, id, deployment, attempts, remaining);
+        budget::mark(&mut text, soft_budget);
+        let _ = text.apply(&response.headers_mut().0);
         if !self.trip.stream {
             report::finish(self.trip.outcome, self.ctx, self.env);
         }

@@ -6,6 +6,7 @@
 //! pass the body through (model name spliced) instead of parsing it; the driver never looks
 //! inside a body.
 
+use crate::cache::AnswerFormat;
 use crate::canonical::usage::Usage;
 use crate::config::routes::Deployment;
 use crate::http::error::ApiError;
@@ -30,9 +31,9 @@ pub trait VendorStep {
     /// A translator for a streamed answer from `deployment`.
     fn stream(&self, deployment: &Deployment, now_ms: u64) -> Box<dyn ClientStream>;
 
-    /// Whether a complete answer may be kept by the response cache (only formats it can replay).
-    fn cacheable(&self) -> bool {
-        false
+    /// The format the response cache keeps this step's answers in (only formats it can replay).
+    fn cache_format(&self) -> Option<AnswerFormat> {
+        None
     }
 }
 
@@ -44,6 +45,10 @@ pub trait ClientStream {
     fn finish(&mut self, out: &mut Vec<u8>) -> StreamEnd;
     /// The usage reported so far.
     fn usage(&self) -> Option<Usage>;
+    /// Whether part of [`usage`](Self::usage) is estimated (a vendor's final count that never came).
+    fn usage_estimated(&self) -> bool {
+        false
+    }
     /// Whether the client has been sent anything yet (until then, a failure may still fall back).
     fn emitted_any(&self) -> bool;
     /// A well-formed error event in the client's stream format.
@@ -63,6 +68,10 @@ impl ClientStream for StreamTranslator {
 
     fn usage(&self) -> Option<Usage> {
         StreamTranslator::usage(self)
+    }
+
+    fn usage_estimated(&self) -> bool {
+        StreamTranslator::usage_estimated(self)
     }
 
     fn emitted_any(&self) -> bool {

@@ -1,18 +1,20 @@
 //! A streamed answer: read upstream until the client's first bytes exist (a failure before then
-//! may still fall back), then relay chunk by chunk with an idle timeout. When the stream ends,
+//! may still fall back; one first-token deadline however many keep-alives come), then relay
+//! chunk by chunk within the idle and total bounds. When the stream ends,
 //! in `ctx.wait_until`: settle with the limiters, store the answer in the cache if it may be
 //! kept, and send the usage event. A stream cut part-way ends with a well-formed error event and
 //! its usage event carries the error code.
 
-use crate::cache::assembly::StreamAssembler;
-use crate::cache::policy::{self, CachedAnswer};
-use crate::cache::store::CacheUse;
+use crate::cache::assembly::Assembler;
+use crate::cache::store::{CacheSlot, CacheUse};
 use crate::canonical::usage::Usage;
 use crate::config::routes::Deployment;
 use crate::limits::admission::{self, Admission, Scopes};
+use crate::pipeline::answer_limit::AnswerLimit;
 use crate::pipeline::attempt::{settle_failure, signals_of};
 use crate::pipeline::report;
 use crate::pipeline::step::ClientStream;
+use crate::pipeline::timeouts::AttemptClock;
 use crate::pipeline::upstream::{self, AbortHandle, UpstreamResponse};
 use crate::providers::{ErrorClass, StreamEnd, UpstreamError};
 use crate::support::clock::now_ms;
@@ -26,15 +28,17 @@ use worker::{ByteStream, Context, Env};
 pub struct StreamAttempt<'a> {
     pub id: &'a str,
     pub deployment: &'a Deployment,
-    pub started_ms: u64,
+    pub clock: AttemptClock,
     pub admission: Admission,
     pub scopes: Scopes,
+    /// The route's bound on the whole stream's bytes.
+    pub limit: AnswerLimit,
 }
 
 /// What happens after the stream: its record and, when the cache may keep it, where.
 pub struct AfterStream {
     pub outcome: RequestOutcome,
-    pub cache_store: Option<(String, u32)>,
+    pub cache_store: Option<CacheSlot>,
     pub env: Env,
 }
 
@@ -52,9 +56,14 @@ pub async fn start(
         Err(e) => return early(e, attempt.admission, signals).await,
     };
     let mut first = Vec::new();
+    let mut limit = attempt.limit;
+    // One deadline for the first content: keep-alives and role-only chunks do not extend it.
     while !translator.emitted_any() {
-        let failure = match upstream::next_chunk(&mut body, attempt.deployment.timeouts.first_token_ms).await {
-            Ok(Some(bytes)) => translator.feed(&bytes, &mut first),
+        let failure = match upstream::next_chunk(&mut body, attempt.clock.first_token(now_ms())).await {
+            Ok(Some(bytes)) => match limit.take(bytes.len()) {
+                Ok(()) => translator.feed(&bytes, &mut first),
+                Err(too_large) => Some(too_large),
+            },
             Ok(None) => Some(UpstreamError::empty_response(up.status, "upstream stream ended before any content")),
             Err(e) => Some(e),
         };
@@ -66,16 +75,16 @@ pub async fn start(
     let first_byte_ms = now_ms();
     let (tx, rx) = oneshot::channel::<StreamReport>();
     // Only a stream the cache may keep is rebuilt into a completion as it passes.
-    let assembler = after.cache_store.as_ref().map(|_| {
-        let mut a = StreamAssembler::new();
+    let assembler = after.cache_store.as_ref().map(|slot| {
+        let mut a = Assembler::new(slot.format);
         a.feed(&first);
         a
     });
-    let idle_ms = attempt.deployment.timeouts.idle_ms;
+    let clock = attempt.clock;
     let settlement = Settlement {
         deployment_id: attempt.id.to_string(),
         deployment: attempt.deployment.clone(),
-        started_ms: attempt.started_ms,
+        started_ms: clock.sent_ms(),
         first_byte_ms,
         admission: attempt.admission,
         scopes: attempt.scopes,
@@ -87,12 +96,13 @@ pub async fn start(
     Ok(LiveStream {
         body,
         translator,
-        idle_ms,
+        clock,
         pending: Some(first),
         finished: false,
         report: Some(tx),
         abort,
         assembler,
+        limit,
     })
 }
 
@@ -120,16 +130,22 @@ struct Settlement {
 impl Settlement {
     /// After the last byte (or the client leaving): cache, limiter settles, usage event.
     async fn run(self, rx: oneshot::Receiver<StreamReport>) {
-        let report = rx.await.unwrap_or(StreamReport { usage: None, error: None, disconnected: true, assembled: None });
+        let report = rx.await.unwrap_or(StreamReport {
+            usage: None,
+            usage_estimated: false,
+            error: None,
+            disconnected: true,
+            assembled: None,
+        });
         let AfterStream { mut outcome, cache_store, env } = self.after;
-        if let (Some(body), Some((key, ttl_s))) = (report.assembled.clone(), cache_store) {
-            if serde_json::from_str::<serde_json::Value>(&body).is_ok_and(|v| policy::storable(&v)) {
-                let answer = CachedAnswer::new(body, report.usage, self.deployment_id.clone(), now_ms(), ttl_s);
-                CacheUse::store(key, answer, env.clone()).await;
+        if let (Some(body), Some(slot)) = (report.assembled.as_deref(), cache_store) {
+            if let Some(answer) = slot.entry(body, report.usage, &self.deployment_id, now_ms()) {
+                CacheUse::store(slot.key, answer, env.clone()).await;
             }
         }
         let (id, dep) = (&self.deployment_id, &self.deployment);
         let mut record = Attempt::succeeded(id, dep, report.usage, self.started_ms, now_ms(), Some(self.first_byte_ms));
+        record.usage_estimated = report.usage_estimated;
         let class = report.error.as_ref().map(|e| e.class);
         if report.disconnected {
             record.status = 499;
@@ -151,6 +167,7 @@ impl Settlement {
 
 struct StreamReport {
     usage: Option<Usage>,
+    usage_estimated: bool,
     error: Option<UpstreamError>,
     disconnected: bool,
     /// The answer rebuilt for the cache, when the stream completed cleanly.
@@ -161,21 +178,27 @@ struct StreamReport {
 pub struct LiveStream {
     body: ByteStream,
     translator: Box<dyn ClientStream>,
-    idle_ms: u64,
+    clock: AttemptClock,
     pending: Option<Vec<u8>>,
     finished: bool,
     report: Option<oneshot::Sender<StreamReport>>,
     abort: AbortHandle,
-    assembler: Option<StreamAssembler>,
+    assembler: Option<Assembler>,
+    limit: AnswerLimit,
 }
 
 impl LiveStream {
     fn end(&mut self, error: Option<UpstreamError>) {
         self.finished = true;
-        let assembled = if error.is_none() { self.assembler.take().and_then(StreamAssembler::finish) } else { None };
+        let assembled = if error.is_none() { self.assembler.take().and_then(Assembler::finish) } else { None };
         if let Some(tx) = self.report.take() {
-            let _ = tx.send(StreamReport { usage: self.translator.usage(), error, disconnected: false, assembled });
+            let _ = tx.send(self.report_with(error, false, assembled));
         }
+    }
+
+    fn report_with(&self, error: Option<UpstreamError>, disconnected: bool, assembled: Option<String>) -> StreamReport {
+        let (usage, usage_estimated) = (self.translator.usage(), self.translator.usage_estimated());
+        StreamReport { usage, usage_estimated, error, disconnected, assembled }
     }
 
     fn assemble(&mut self, out: &[u8]) {
@@ -196,7 +219,13 @@ impl LiveStream {
         }
         while !self.finished {
             let mut out = Vec::new();
-            match upstream::next_chunk(&mut self.body, self.idle_ms).await {
+            let next = upstream::next_chunk(&mut self.body, self.clock.next_chunk(now_ms())).await;
+            // Past the route's bound the rest is not read: ended like a broken stream.
+            let next = match next {
+                Ok(Some(bytes)) => self.limit.take(bytes.len()).map(|_| Some(bytes)),
+                other => other,
+            };
+            match next {
                 Ok(Some(bytes)) => {
                     let failed = self.translator.feed(&bytes, &mut out);
                     self.assemble(&out);
@@ -242,8 +271,7 @@ impl Drop for LiveStream {
     fn drop(&mut self) {
         if let Some(tx) = self.report.take() {
             self.abort.abort();
-            let usage = self.translator.usage();
-            let _ = tx.send(StreamReport { usage, error: None, disconnected: true, assembled: None });
+            let _ = tx.send(self.report_with(None, true, None));
         }
     }
 }

@@ -23,6 +23,12 @@ pub enum ErrorClass {
     ContentFilter,
     /// The deployment's model or URL does not exist at the vendor: a route-table problem.
     NotFound,
+    /// The request's own deadline or the attempt's total bound passed: not the deployment's
+    /// failure, and too late to try elsewhere.
+    DeadlineExceeded,
+    /// The answer outgrew the route's `max_answer_bytes`: what the client asked this route for,
+    /// not the deployment's health (no breaker count, no retry, no fallback).
+    TooLarge,
 }
 
 impl ErrorClass {
@@ -73,6 +79,8 @@ impl ErrorClass {
             ErrorClass::Auth => "auth",
             ErrorClass::ContentFilter => "content_filter",
             ErrorClass::NotFound => "not_found",
+            ErrorClass::DeadlineExceeded => "deadline_exceeded",
+            ErrorClass::TooLarge => "answer_too_large",
         }
     }
 }
@@ -122,6 +130,10 @@ impl UpstreamError {
         Self::new(ErrorClass::EmptyResponse, status, message)
     }
 
+    pub fn too_large(limit: u64) -> Self {
+        Self::new(ErrorClass::TooLarge, 0, format!("the answer exceeded this route's max_answer_bytes ({limit} bytes)"))
+    }
+
     /// A body the adapter could not read: the vendor is misbehaving, which counts against it.
     pub fn malformed(status: u16, message: impl Into<String>) -> Self {
         Self::new(ErrorClass::ServerError, status, message)
@@ -130,6 +142,12 @@ impl UpstreamError {
     pub fn with_retry_after_ms(mut self, ms: u64) -> Self {
         self.retry_after_ms = Some(ms);
         self
+    }
+
+    fn too_large_api_error(&self) -> ApiError {
+        let message =
+            format!("The upstream answer was cut off: {}. Ask for less, or use a route allowing more.", self.message);
+        ApiError::new(502, "upstream_error", codes::UPSTREAM_ANSWER_TOO_LARGE, message)
     }
 
     /// The client-facing error: vendor 400s keep the vendor's message; the gateway's own
@@ -178,6 +196,7 @@ impl UpstreamError {
                 codes::UPSTREAM_EMPTY_RESPONSE,
                 "The upstream provider returned an empty response.",
             ),
+            ErrorClass::TooLarge => self.too_large_api_error(),
             ErrorClass::BadRequest => {
                 let symbolic = |c: &&str| !c.is_empty() && !c.bytes().all(|b| b.is_ascii_digit());
                 let code = self.vendor_code.as_deref().filter(symbolic).unwrap_or("upstream_bad_request");
@@ -199,6 +218,7 @@ impl UpstreamError {
                 codes::UPSTREAM_MODEL_NOT_FOUND,
                 "The upstream provider does not know the model this gateway routes to.",
             ),
+            ErrorClass::DeadlineExceeded => self.deadline_api_error(),
         };
         match self.retry_after_ms {
             Some(ms) if self.class.retryable() || self.class == ErrorClass::QuotaExhausted => {
@@ -210,11 +230,18 @@ impl UpstreamError {
 }
 
 impl UpstreamError {
+    /// The request's own time ran out (its deadline, or a stream's total bound): the message says which.
+    fn deadline_api_error(&self) -> ApiError {
+        let message = format!("The request ran out of time: {}.", self.message);
+        ApiError::new(504, "upstream_error", codes::UPSTREAM_TIMEOUT, message)
+    }
+
     /// The error a client is sent when a stream that already relayed bytes breaks off: a transport
     /// failure then is an interruption, not a failure to connect.
     pub fn to_stream_api_error(&self) -> ApiError {
         let what = match self.class {
             ErrorClass::Timeout => "no data arrived within the idle timeout",
+            ErrorClass::DeadlineExceeded => "the stream reached its time limit (total_ms)",
             ErrorClass::Connection => "the upstream stream broke off before it was complete",
             _ => return self.to_api_error(),
         };

@@ -17,6 +17,7 @@ mod openai;
 pub mod rate_headers;
 pub mod responses;
 mod retry_after;
+pub mod splice;
 #[cfg(test)]
 mod stream_split_tests;
 
@@ -53,6 +54,23 @@ pub fn build_chat(
         ProviderKind::Openai => openai::build_chat(dep, req, credential, force_usage),
         ProviderKind::Anthropic => anthropic::build_chat(dep, req, credential),
     }
+}
+
+/// The chat request for `dep`, forwarded as the client's bytes (model spliced) when an
+/// OpenAI-format vendor would get nothing else changed; built from `req` otherwise.
+pub fn build_chat_from_raw(
+    dep: &Deployment,
+    req: &ChatRequest,
+    raw: &[u8],
+    credential: &str,
+    force_usage: bool,
+) -> Result<UpstreamCall, ApiError> {
+    if dep.provider == ProviderKind::Openai {
+        if let Some(call) = openai::passthrough_chat(dep, req, raw, credential, force_usage) {
+            return Ok(call);
+        }
+    }
+    build_chat(dep, req, credential, force_usage)
 }
 
 /// Builds an embeddings request; only OpenAI-compatible vendors have one.
@@ -191,11 +209,20 @@ impl StreamTranslator {
         end
     }
 
-    /// What the vendor reported so far; for a cut stream, the partial counts (e.g. Anthropic's input).
+    /// What the vendor reported so far; for a cut stream, the partial counts (e.g. Anthropic's
+    /// input, with the output estimated from what was delivered).
     pub fn usage(&self) -> Option<Usage> {
         match &self.flavor {
             Flavor::Openai(s) => s.usage(),
             Flavor::Anthropic(s) => s.usage(),
+        }
+    }
+
+    /// Whether [`usage`](Self::usage)'s output is an estimate (the vendor's final count never came).
+    pub fn usage_estimated(&self) -> bool {
+        match &self.flavor {
+            Flavor::Openai(_) => false,
+            Flavor::Anthropic(s) => s.usage_estimated(),
         }
     }
 
@@ -243,7 +270,7 @@ fn read_json(body: &[u8]) -> Result<Value, UpstreamError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(UpstreamError::empty_response(200, "the upstream returned an empty body"));
     }
-    serde_json::from_slice(body)
+    crate::support::lone_surrogates::parse_slice(body, "vendor answer")
         .map_err(|e| UpstreamError::malformed(200, format!("the upstream returned a malformed body: {e}")))
 }
 
@@ -290,6 +317,23 @@ mod tests {
         let mut dep = deployment("openai");
         dep.auth = AuthScheme::Header { name: "api-key".into() };
         assert_eq!(headers(&dep, "k", &[])[1], ("api-key".to_string(), "k".to_string()));
+    }
+
+    #[test]
+    fn a_lone_surrogate_in_a_json_answer_is_replaced_not_a_502() {
+        let openai = br#"{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,
+            "message":{"role":"assistant","content":"Hi\ud800!"},"finish_reason":"stop"}],
+            "usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}"#;
+        let anthropic = br#"{"id":"m","type":"message","role":"assistant","model":"c","stop_reason":"end_turn",
+            "content":[{"type":"text","text":"Hi\ud800!"}],"usage":{"input_tokens":3,"output_tokens":2}}"#;
+        // OpenAI-format bodies pass through byte for byte: the escape reaches the client intact.
+        let got = translate_chat_response(&deployment("openai"), openai, 1).unwrap();
+        assert_eq!((got.body.as_bytes(), got.usage.map(|u| u.output)), (&openai[..], Some(2)));
+        // Translated answers cannot hold the lone half in a Rust string: U+FFFD takes its place.
+        let got = translate_chat_response(&deployment("anthropic"), anthropic, 1).unwrap();
+        let v: Value = serde_json::from_str(&got.body).unwrap();
+        assert_eq!(v["choices"][0]["message"]["content"], "Hi\u{fffd}!");
+        assert_eq!(got.usage.map(|u| u.output), Some(2));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! OpenAI and OpenAI-compatible vendors (DeepSeek, Qwen, GLM, vLLM): the request is the canonical
 //! one with a few quirks applied; responses and streams pass through, read only for usage.
 
+use super::splice::splice_model;
 use super::{classify, endpoint, headers, read_json, ChatResult, StreamEnd, UpstreamCall, UpstreamError};
 use crate::canonical::usage::Usage;
 use crate::canonical::ChatRequest;
@@ -8,6 +9,8 @@ use crate::config::routes::{Deployment, MaxTokensField, ProviderKind};
 use crate::http::codes;
 use crate::http::error::ApiError;
 use crate::http::sse::{write_data, SseEvent};
+use serde::de::IgnoredAny;
+use serde::Deserialize;
 use serde_json::Value;
 
 pub(super) fn build_chat(
@@ -27,6 +30,43 @@ pub(super) fn build_chat(
     let body =
         serde_json::to_string(&body).map_err(|e| ApiError::internal(format!("could not encode request: {e}")))?;
     Ok(UpstreamCall { url: endpoint(&dep.base_url, "/chat/completions"), headers: headers(dep, credential, &[]), body })
+}
+
+/// The client's own bytes with the deployment's model spliced in, when that is exactly the
+/// request [`build_chat`] would send (see [`needs_no_rewrite`]); `None` when something must change.
+pub(super) fn passthrough_chat(
+    dep: &Deployment,
+    req: &ChatRequest,
+    raw: &[u8],
+    credential: &str,
+    force_usage: bool,
+) -> Option<UpstreamCall> {
+    if !needs_no_rewrite(dep, req, force_usage) {
+        return None;
+    }
+    let body = String::from_utf8(splice_model(raw, &dep.model).ok()?).ok()?;
+    Some(UpstreamCall {
+        url: endpoint(&dep.base_url, "/chat/completions"),
+        headers: headers(dep, credential, &[]),
+        body,
+    })
+}
+
+/// Whether [`build_chat`] would change nothing but the model: the output cap already in the
+/// field the vendor takes (or no default to fill in), and `stream_options` already as it must be.
+fn needs_no_rewrite(dep: &Deployment, req: &ChatRequest, force_usage: bool) -> bool {
+    let cap = req.max_output_tokens().or(dep.default_max_tokens.map(u64::from));
+    let cap_as_is = match dep.quirks.max_tokens_field {
+        MaxTokensField::MaxTokens => req.max_completion_tokens.is_none() && req.max_tokens == cap,
+        MaxTokensField::MaxCompletionTokens => req.max_tokens.is_none() && req.max_completion_tokens == cap,
+        MaxTokensField::AsSent => req.max_output_tokens().is_some() || cap.is_none(),
+    };
+    let options_as_is = if !dep.quirks.stream_options || !req.is_stream() {
+        req.stream_options.is_none()
+    } else {
+        !force_usage || req.wants_usage()
+    };
+    cap_as_is && options_as_is
 }
 
 /// Renames the output cap to the field the vendor accepts; the deployment default fills a missing one.
@@ -60,15 +100,31 @@ pub(super) fn build_embeddings(dep: &Deployment, body: &Value, credential: &str)
     })
 }
 
+/// What the gateway reads of a chat answer it passes through: whether it has choices, its usage,
+/// and an error some compatible vendors send with a 200. Nothing else is built.
+#[derive(Deserialize)]
+struct AnswerShape {
+    #[serde(default)]
+    choices: Option<Vec<IgnoredAny>>,
+    #[serde(default)]
+    usage: Option<Value>,
+    #[serde(default)]
+    error: Option<IgnoredAny>,
+}
+
 pub(super) fn translate_chat_response(body: &[u8]) -> Result<ChatResult, UpstreamError> {
-    let v = read_json(body)?;
-    reject_error_body(&v, body)?;
-    match v.get("choices").and_then(Value::as_array) {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(UpstreamError::empty_response(200, "the upstream returned an empty body"));
+    }
+    let shape: AnswerShape = serde_json::from_slice(body)
+        .map_err(|e| UpstreamError::malformed(200, format!("the upstream returned a malformed body: {e}")))?;
+    match shape.choices {
+        None if shape.error.is_some() => return Err(classify(ProviderKind::Openai, 200, None, body)),
         None => return Err(UpstreamError::malformed(200, "the upstream response has no choices")),
         Some(c) if c.is_empty() => return Err(UpstreamError::empty_response(200, "the upstream returned no choices")),
         Some(_) => {}
     }
-    let usage = v.get("usage").and_then(Usage::from_openai);
+    let usage = shape.usage.as_ref().and_then(Usage::from_openai);
     Ok(ChatResult { body: String::from_utf8_lossy(body).into_owned(), usage })
 }
 
@@ -123,7 +179,10 @@ impl OpenaiStream {
             return Ok(());
         }
         // A client parses every data line as a JSON object; a cut or garbled event would break it.
-        let Ok(Value::Object(chunk)) = serde_json::from_str::<Value>(&ev.data) else { return Ok(()) };
+        let Ok(Value::Object(chunk)) = crate::support::lone_surrogates::parse::<Value>(&ev.data, "openai stream event")
+        else {
+            return Ok(());
+        };
         let choices = chunk.get("choices").and_then(Value::as_array);
         if chunk.get("error").is_some_and(|e| !e.is_null()) && choices.is_none() {
             return Err(classify(ProviderKind::Openai, 0, None, ev.data.as_bytes()));
@@ -185,6 +244,69 @@ mod tests {
 
     fn request(v: Value) -> ChatRequest {
         ChatRequest::parse(v.to_string().as_bytes()).unwrap()
+    }
+
+    /// Every combination of output cap, stream options and deployment quirks: the pass-through is
+    /// taken exactly when it sends what `build_chat` would (as JSON), and then keeps the client's bytes.
+    #[test]
+    fn passthrough_is_taken_exactly_when_nothing_but_the_model_changes() {
+        let caps = [
+            json!({}),
+            json!({"max_tokens": 64}),
+            json!({"max_completion_tokens": 64}),
+            json!({"max_tokens": 5, "max_completion_tokens": 64}),
+        ];
+        let streams = [
+            json!({}),
+            json!({"stream": false}),
+            json!({"stream": true}),
+            json!({"stream": true, "stream_options": {"include_usage": true}}),
+            json!({"stream": true, "stream_options": {"include_usage": false, "x": 1}}),
+            json!({"stream_options": {"include_usage": true}}),
+        ];
+        let fields = [MaxTokensField::AsSent, MaxTokensField::MaxTokens, MaxTokensField::MaxCompletionTokens];
+        let mut taken = 0;
+        for cap in &caps {
+            for stream in &streams {
+                let mut v = json!({"model": "client-model", "zeta": 1, "messages": [{"role": "user", "content": "hi \u{e9}"}], "alpha": {"b": 2, "a": 1}});
+                for part in [cap, stream] {
+                    v.as_object_mut().unwrap().extend(part.as_object().unwrap().clone());
+                }
+                // Spacing and key order a re-encoding would change.
+                let raw = serde_json::to_string_pretty(&v).unwrap();
+                let req = ChatRequest::parse(raw.as_bytes()).unwrap();
+                for field in fields {
+                    for default in [None, Some(128)] {
+                        for (stream_options, force) in [(true, true), (true, false), (false, true)] {
+                            let mut dep = deployment("openai");
+                            dep.quirks.max_tokens_field = field;
+                            dep.quirks.stream_options = stream_options;
+                            dep.default_max_tokens = default;
+                            let built = build_chat(&dep, &req, "k", force).unwrap();
+                            let built: Value = serde_json::from_str(&built.body).unwrap();
+                            let case = format!("{raw} {field:?} {default:?} {stream_options} {force}");
+                            match passthrough_chat(&dep, &req, raw.as_bytes(), "k", force) {
+                                Some(call) => {
+                                    taken += 1;
+                                    assert_eq!(call.body, raw.replace("\"client-model\"", "\"gpt-4o-mini\""), "{case}");
+                                    assert_eq!(serde_json::from_str::<Value>(&call.body).unwrap(), built, "{case}");
+                                }
+                                None => assert_ne!(
+                                    built,
+                                    {
+                                        let mut b = v.clone();
+                                        b["model"] = json!("gpt-4o-mini");
+                                        b
+                                    },
+                                    "{case}"
+                                ),
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(taken > 50, "the pass-through is the common case ({taken})");
     }
 
     #[test]

@@ -134,3 +134,34 @@ fn an_endless_line_fails_the_stream_instead_of_growing() {
         assert!(outcome.out.is_empty(), "{provider}: nothing relayed");
     }
 }
+
+/// A lone surrogate escape in a delta (legal JSON) is kept as U+FFFD, never the delta dropped.
+#[test]
+fn a_lone_surrogate_delta_is_relayed_as_a_replacement_character() {
+    let openai = concat!(
+        "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",",
+        "\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Hi\\ud800!\"}}]}\n\n",
+        "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",",
+        "\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+        "data: [DONE]\n\n"
+    );
+    let anthropic = concat!(
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"model\":\"c\",",
+        "\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}}\n\n",
+        "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,",
+        "\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,",
+        "\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\\ud800!\"}}\n\n",
+        "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+        "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},",
+        "\"usage\":{\"output_tokens\":2}}\n\n",
+        "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+    );
+    // OpenAI chunks are relayed as sent (the escape intact); Anthropic deltas are rewritten.
+    for (provider, transcript, want) in [("openai", openai, "Hi\\ud800!"), ("anthropic", anthropic, "Hi\u{fffd}!")] {
+        let got = run(provider, false, &[transcript.as_bytes()]);
+        let text = String::from_utf8(got.out).unwrap();
+        assert!(text.contains(want), "{provider}: {text}");
+        assert_eq!((got.error, got.end), (None, StreamEnd::Complete), "{provider}");
+    }
+}

@@ -2,4 +2,5 @@
 
 pub mod clock;
 pub mod log;
+pub mod lone_surrogates;
 pub mod redact;

@@ -7,6 +7,33 @@ const TOKENS_PER_MESSAGE: u64 = 4;
 /// Output reserved when neither the client nor the deployment names a maximum.
 pub const DEFAULT_OUTPUT_TOKENS: u64 = 1024;
 
+use serde::{Deserialize, Serialize};
+
+/// What the limiter's token estimate was computed from, kept to re-derive it for billing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestShape {
+    pub text_chars: usize,
+    pub messages: usize,
+    /// The client's output maximum for one answer.
+    pub max_output: Option<u64>,
+    /// Answers asked for (`n`): each may use `max_output`.
+    #[serde(default = "one")]
+    pub choices: u64,
+}
+
+fn one() -> u64 {
+    1
+}
+
+impl RequestShape {
+    /// The request's estimate on a deployment with `deployment_default` output tokens: every
+    /// choice's output counts.
+    pub fn estimate(&self, deployment_default: Option<u32>) -> TokenEstimate {
+        let one = estimate(self.text_chars, self.messages, self.max_output, deployment_default);
+        TokenEstimate { output: one.output.saturating_mul(self.choices.max(1)), ..one }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TokenEstimate {
     pub input: u64,
@@ -34,6 +61,19 @@ mod tests {
         assert_eq!(estimate(0, 0, None, None).input, 1);
         assert_eq!(estimate(5, 1, None, None).input, 2 + 4);
         assert_eq!(estimate(400, 2, None, None).input, 100 + 8);
+    }
+
+    #[test]
+    fn every_choice_counts_its_output_once() {
+        let shape = RequestShape { text_chars: 40, messages: 1, max_output: Some(100), choices: 1 };
+        assert_eq!(shape.estimate(None), TokenEstimate { input: 14, output: 100 });
+        assert_eq!(RequestShape { choices: 5, ..shape }.estimate(None), TokenEstimate { input: 14, output: 500 });
+        let open = RequestShape { max_output: None, choices: 1000, ..shape };
+        assert_eq!(open.estimate(Some(256)).output, 256_000);
+        assert_eq!(open.estimate(None).output, 1000 * DEFAULT_OUTPUT_TOKENS);
+        assert_eq!(RequestShape { choices: 0, ..shape }.estimate(None).output, 100, "0 reads as 1");
+        let huge = RequestShape { max_output: Some(u64::MAX), choices: u64::MAX, ..shape };
+        assert_eq!(huge.estimate(None).output, u64::MAX, "saturates, never wraps");
     }
 
     #[test]

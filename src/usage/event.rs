@@ -2,7 +2,8 @@
 //!
 //! Built from a `RequestOutcome` and the price table after the response; pure (time is an input).
 //! Tokens come from the vendor's usage; an attempt that produced a response without usage is
-//! charged the limiter's estimate and flagged `estimated`. Failed attempts that never produced a
+//! charged the limiter's estimate and flagged `estimated`, and so is a cut stream whose output
+//! count never came (its output estimated from what it delivered). Failed attempts that never produced a
 //! response carry zero tokens (vendors do not bill them). Costs follow `crate::config::prices`.
 
 // UTC calendar helpers live in the limiter crate, shared with the budget object.
@@ -10,7 +11,6 @@ use limiter::utc;
 
 use crate::canonical::usage::Usage;
 use crate::config::prices::PriceTable;
-use crate::usage::estimate;
 #[cfg(test)]
 use crate::usage::record::CacheHit;
 use crate::usage::record::{Attempt, Ingress, RequestOutcome, RequestShape};
@@ -159,9 +159,9 @@ fn attempt_event(
     prices: Option<&PriceTable>,
     at_ms: u64,
 ) -> AttemptEvent {
-    let estimate = shape.map(|s| estimate::estimate(s.text_chars, s.messages, s.max_output, a.default_max_tokens));
+    let estimate = shape.map(|s| s.estimate(a.default_max_tokens));
     let (tokens, estimated) = match (&a.usage, a.served, estimate) {
-        (Some(u), _, _) => (TokenCounts::of(u), false),
+        (Some(u), _, _) => (TokenCounts::of(u), a.usage_estimated),
         (None, false, _) => (TokenCounts::default(), false),
         (None, true, Some(e)) => {
             (TokenCounts { input_tokens: e.input, output_tokens: e.output, ..TokenCounts::default() }, true)
@@ -322,6 +322,7 @@ mod tests {
             ttft_ms: None,
             served,
             default_max_tokens: None,
+            usage_estimated: false,
         }
     }
 
@@ -340,7 +341,7 @@ mod tests {
             status: 200,
             tags: BTreeMap::new(),
             end_user: None,
-            shape: Some(RequestShape { text_chars: 40, messages: 2, max_output: Some(100) }),
+            shape: Some(RequestShape { text_chars: 40, messages: 2, max_output: Some(100), choices: 1 }),
             finished_ms: None,
             cache_hit: None,
             budget: None,
@@ -438,7 +439,7 @@ mod tests {
     #[test]
     fn estimate_uses_the_deployment_default_when_the_client_sets_no_max() {
         let mut o = outcome(vec![attempt("an", "claude-sonnet-4-5", None, true)]);
-        o.shape = Some(RequestShape { text_chars: 4, messages: 1, max_output: None });
+        o.shape = Some(RequestShape { text_chars: 4, messages: 1, max_output: None, choices: 1 });
         o.attempts[0].default_max_tokens = Some(512);
         let e = UsageEvent::build(&o, Some(&prices()), T0);
         assert_eq!((e.tokens.input_tokens, e.tokens.output_tokens), (5, 512));
@@ -490,6 +491,15 @@ mod tests {
         assert_eq!(e.ttft_ms, Some(150), "from the request's start: 10 ms to the attempt, 140 ms to the first byte");
         assert_eq!(e.attempts[0].ttft_ms, Some(140));
         assert!(!e.estimated, "partial vendor usage is reported as is");
+    }
+
+    #[test]
+    fn a_cut_stream_billed_from_what_it_delivered_is_flagged() {
+        let mut a = attempt("an", "claude", Some(usage(6, 40)), true);
+        a.usage_estimated = true;
+        let e = UsageEvent::build(&outcome(vec![a]), Some(&prices()), T0 + 400);
+        assert!(e.estimated && e.attempts[0].estimated);
+        assert_eq!(e.attempts[0].tokens.output_tokens, 40, "the delivered estimate is billed");
     }
 
     #[test]

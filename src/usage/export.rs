@@ -10,6 +10,8 @@ use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 
 pub const PREFIX: &str = "usage";
+/// Where the dead-letter consumer parks what reached the DLQ, in the same partitions and names.
+pub const PARKED_PREFIX: &str = "usage-dlq";
 pub const CONTENT_TYPE: &str = "application/x-ndjson";
 
 /// One object to write, and the batch positions of the messages it stores.
@@ -105,6 +107,20 @@ pub fn plan(bodies: &[Option<String>]) -> Plan {
         })
         .collect();
     Plan { objects, rejected }
+}
+
+/// The parked copy's key of an export object: `usage-dlq/` in place of `usage/`.
+pub fn parked_key(object_key: &str) -> String {
+    match object_key.strip_prefix(PREFIX) {
+        Some(rest) => format!("{PARKED_PREFIX}{rest}"),
+        None => format!("{PARKED_PREFIX}/{object_key}"),
+    }
+}
+
+/// Whether an object body holds an event of `tenant` (for the test-only export fault).
+pub fn holds_tenant(body: &str, tenant: &str) -> bool {
+    body.lines()
+        .any(|line| serde_json::from_str::<serde_json::Value>(line).is_ok_and(|v| v["tenant"].as_str() == Some(tenant)))
 }
 
 /// NDJSON needs one line per event: a pretty-printed body is re-encoded compactly.
@@ -212,5 +228,20 @@ mod tests {
         assert_eq!(p.objects.len(), 1);
         assert_eq!(p.objects[0].members, vec![4]);
         assert_eq!(plan(&[]), Plan::default());
+    }
+
+    #[test]
+    fn parked_copies_keep_the_partition_and_name() {
+        let key = object_key(END_OF_HOUR, "req_ab12", 3);
+        assert_eq!(parked_key(&key), "usage-dlq/dt=2026-01-02/hour=03/req_ab12-3.ndjson");
+        assert_eq!(parked_key("odd"), "usage-dlq/odd");
+    }
+
+    #[test]
+    fn tenants_are_found_by_field_not_by_text() {
+        let body = plan(&[event("req_a", 1)]).objects[0].body.clone();
+        assert!(holds_tenant(&body, "acme"));
+        assert!(!holds_tenant(&body, "acm"));
+        assert!(!holds_tenant("{\"note\":\"tenant acme\"}\n", "acme"));
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use worker::wasm_bindgen::JsValue;
 use worker::{
     BatchMessageBuilder, Bucket, Delay, Env, HttpMetadata, MessageBatch, MessageBuilder, MessageExt, QueueContentType,
-    QueueRetryOptionsBuilder,
+    QueueRetryOptionsBuilder, RawMessage,
 };
 
 pub const QUEUE_BINDING: &str = "USAGE_QUEUE";
@@ -19,7 +19,7 @@ const SEND_TRIES: u32 = 4;
 const SEND_FIRST_DELAY_MS: u64 = 100;
 const PUT_TRIES: u32 = 3;
 const PUT_FIRST_DELAY_MS: u64 = 200;
-/// Redelivery delay after a failed write: with the queue's 10 retries, rides out ~5 minutes of R2 trouble.
+/// Redelivery delay after a failed write, unless `USAGE_REDELIVERY_DELAY_S` says otherwise.
 const REDELIVERY_DELAY_S: u32 = 30;
 
 /// Events of concurrent requests in this isolate leave together: the first waits this long for
@@ -108,55 +108,82 @@ async fn send_batch_once(env: &Env, lines: &[String]) -> Result<(), String> {
 }
 
 /// Stores a batch as one NDJSON object per partition; acks a message only once its object is in
-/// R2, and marks the rest for redelivery.
+/// R2, and marks the rest for redelivery (after `max_retries` they go to the dead-letter queue,
+/// whose consumer is `usage::dead_letter`).
 pub async fn consume(batch: &MessageBatch<String>, env: &Env) {
     let messages: Vec<_> = batch.raw_iter().collect();
     let bodies: Vec<Option<String>> = messages.iter().map(|m| text_of(&m.body())).collect();
     let plan = export::plan(&bodies);
-    for r in &plan.rejected {
-        crate::support::log::error(
-            serde_json::json!({"event": "usage_message_rejected", "reason": r.reason, "body": bodies[r.index]}),
-        );
-        messages[r.index].ack();
-    }
+    reject(&plan, &messages, &bodies);
+    let later = QueueRetryOptionsBuilder::new().with_delay_seconds(redelivery_delay_s(env)).build();
     let bucket = match env.bucket(BUCKET_BINDING) {
         Ok(b) => b,
         Err(e) => {
             crate::support::log::error(serde_json::json!({"event": "usage_export_failed", "error": e.to_string()}));
-            let later = QueueRetryOptionsBuilder::new().with_delay_seconds(REDELIVERY_DELAY_S).build();
             plan.objects.iter().flat_map(|o| &o.members).for_each(|&i| messages[i].retry_with_options(&later));
             return;
         }
     };
+    let fault = export_fault(env);
     for object in &plan.objects {
-        match put(&bucket, object).await {
+        match store(&bucket, object, fault.as_deref()).await {
             Ok(()) => object.members.iter().for_each(|&i| messages[i].ack()),
             Err(error) => {
                 crate::support::log::error(
                     serde_json::json!({"event": "usage_export_failed", "key": object.key, "events": object.events, "error": error}),
                 );
-                let later = QueueRetryOptionsBuilder::new().with_delay_seconds(REDELIVERY_DELAY_S).build();
                 object.members.iter().for_each(|&i| messages[i].retry_with_options(&later));
             }
         }
     }
 }
 
-fn text_of(body: &JsValue) -> Option<String> {
+/// Messages that are not usage events are logged in full and acked: retrying cannot fix them.
+pub fn reject(plan: &export::Plan, messages: &[RawMessage], bodies: &[Option<String>]) {
+    for r in &plan.rejected {
+        crate::support::log::error(
+            serde_json::json!({"event": "usage_message_rejected", "reason": r.reason, "body": bodies[r.index]}),
+        );
+        messages[r.index].ack();
+    }
+}
+
+pub fn text_of(body: &JsValue) -> Option<String> {
     body.as_string().or_else(|| worker::js_sys::JSON::stringify(body).ok().and_then(|s| s.as_string()))
 }
 
-async fn put(bucket: &Bucket, object: &ExportObject) -> Result<(), String> {
+/// `USAGE_REDELIVERY_DELAY_S` (default 30): with the queue's 10 retries, rides out ~5 minutes of R2 trouble.
+pub fn redelivery_delay_s(env: &Env) -> u32 {
+    env.var("USAGE_REDELIVERY_DELAY_S").ok().and_then(|v| v.to_string().parse().ok()).unwrap_or(REDELIVERY_DELAY_S)
+}
+
+/// Test-only fault injection, unset in production (`wrangler.toml` has no such var): writes of
+/// `usage/` objects holding an event of the tenant named by `USAGE_EXPORT_FAULT_TENANT` fail.
+pub fn export_fault(env: &Env) -> Option<String> {
+    env.var("USAGE_EXPORT_FAULT_TENANT").ok().map(|v| v.to_string()).filter(|t| !t.is_empty())
+}
+
+/// Writes an export object to its `usage/` key (with `fault`: fails for that tenant's events).
+pub async fn store(bucket: &Bucket, object: &ExportObject, fault: Option<&str>) -> Result<(), String> {
+    if let Some(tenant) = fault.filter(|t| export::holds_tenant(&object.body, t)) {
+        return Err(format!("injected fault: USAGE_EXPORT_FAULT_TENANT={tenant}"));
+    }
+    let metadata = HashMap::from([("events".to_string(), object.events.to_string())]);
+    put(bucket, &object.key, &object.body, metadata).await
+}
+
+/// One NDJSON object, tried `PUT_TRIES` times.
+pub async fn put(bucket: &Bucket, key: &str, body: &str, metadata: HashMap<String, String>) -> Result<(), String> {
     let mut error = String::new();
     for attempt in 0..PUT_TRIES {
         if attempt > 0 {
             Delay::from(Duration::from_millis(PUT_FIRST_DELAY_MS * 4u64.pow(attempt - 1))).await;
         }
-        let metadata = HttpMetadata { content_type: Some(export::CONTENT_TYPE.to_string()), ..HttpMetadata::default() };
+        let http = HttpMetadata { content_type: Some(export::CONTENT_TYPE.to_string()), ..HttpMetadata::default() };
         let result = bucket
-            .put(object.key.clone(), object.body.clone().into_bytes())
-            .http_metadata(metadata)
-            .custom_metadata(HashMap::from([("events".to_string(), object.events.to_string())]))
+            .put(key.to_string(), body.as_bytes().to_vec())
+            .http_metadata(http)
+            .custom_metadata(metadata.clone())
             .execute()
             .await;
         match result {

@@ -23,13 +23,7 @@ pub enum Ingress {
     Responses,
 }
 
-/// What the limiter's token estimate was computed from, kept to re-derive it for billing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RequestShape {
-    pub text_chars: usize,
-    pub messages: usize,
-    pub max_output: Option<u64>,
-}
+pub use crate::usage::estimate::RequestShape;
 
 /// An answer served from the response cache, and what the original request was billed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -58,6 +52,8 @@ pub struct Attempt {
     pub served: bool,
     /// The deployment's default max tokens, which the limiter's estimate used.
     pub default_max_tokens: Option<u32>,
+    /// Part of `usage` is the gateway's estimate (a cut stream whose final count never came).
+    pub usage_estimated: bool,
 }
 
 impl Attempt {
@@ -82,6 +78,7 @@ impl Attempt {
             ttft_ms: first_byte_ms.map(|t| t.saturating_sub(started_ms)),
             served: true,
             default_max_tokens: d.default_max_tokens,
+            usage_estimated: false,
         }
     }
 
@@ -99,6 +96,7 @@ impl Attempt {
             ttft_ms: None,
             served: false,
             default_max_tokens: d.default_max_tokens,
+            usage_estimated: false,
         }
     }
 }
@@ -166,6 +164,7 @@ impl RequestOutcome {
             text_chars: chat.text_chars(),
             messages: chat.messages.len(),
             max_output: chat.max_output_tokens(),
+            choices: chat.choices(),
         };
         self.shape = Some(shape);
         shape

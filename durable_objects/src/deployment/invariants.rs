@@ -23,6 +23,7 @@ fn limits() -> Limits {
             trip: Trip::Consecutive { failures: 4 },
             open_ms: 3_000,
             ramp: vec![RampStep { pct: 50, ms: 2_000 }],
+            enabled: true,
         },
         reservation_ttl_ms: 20_000,
         ..Limits::default()

@@ -10,7 +10,12 @@ fn base_limits() -> Limits {
     Limits {
         rpm: Some(60),
         tpm: Some(6_000),
-        breaker: BreakerConfig { trip: Trip::Consecutive { failures: 3 }, open_ms: 10_000, ramp: vec![] },
+        breaker: BreakerConfig {
+            trip: Trip::Consecutive { failures: 3 },
+            open_ms: 10_000,
+            ramp: vec![],
+            enabled: true,
+        },
         ..Limits::default()
     }
 }
@@ -435,6 +440,7 @@ fn error_rate_mode_trips_through_settles() {
         trip: Trip::ErrorRate { window_ms: 60_000, min_samples: 4, threshold_pct: 50 },
         open_ms: 5_000,
         ramp: vec![],
+        enabled: true,
     };
     let mut s = limiter(Limits { breaker, ..base_limits() });
     for (i, outcome) in [Outcome::Success, Outcome::Failure, Outcome::Success, Outcome::Failure].iter().enumerate() {
@@ -454,6 +460,7 @@ fn ramp_after_close_admits_the_configured_share() {
             trip: Trip::Consecutive { failures: 3 },
             open_ms: 10_000,
             ramp: vec![RampStep { pct: 20, ms: 10_000 }, RampStep { pct: 50, ms: 10_000 }],
+            enabled: true,
         },
         ..Limits::default()
     };
@@ -756,6 +763,7 @@ fn release_does_not_touch_the_breaker() {
             trip: Trip::ErrorRate { window_ms: 60_000, min_samples: 2, threshold_pct: 50 },
             open_ms: 10_000,
             ramp: vec![],
+            enabled: true,
         },
         ..base_limits()
     };

@@ -4,13 +4,15 @@
 mod budgets;
 mod prices;
 
+use edge_gateway::config::credentials;
 use edge_gateway::config::keys::{self, kv_name, tenant_kv_name, KeyRecord, Limits, TenantRecord};
 use edge_gateway::config::routes::{RouteTable, ROUTES_KV_KEY};
 use std::process::{Command, ExitCode};
 
 const USAGE: &str = "usage:
-  gatewayctl routes validate FILE
-  gatewayctl routes put FILE [--local] [--persist-to DIR]
+  gatewayctl routes validate FILE [--dev-vars FILE]
+  gatewayctl routes put FILE [--local] [--persist-to DIR] [--dev-vars FILE]
+    (both warn about credentials the .dev.vars file, by default the checkout's, does not bind)
   gatewayctl keys create --tenant T --app A [--env E] [--models m1,m2] [--expires-in-days N] [--label L] [LIMITS] [--local] [--persist-to DIR]
   gatewayctl keys revoke (KEY | ID) [--local] [--persist-to DIR]   (ID: as `keys list` prints it)
   gatewayctl keys list [--local] [--persist-to DIR]
@@ -27,8 +29,12 @@ without --local the commands write to the deployed namespace.";
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
-        ["routes", "validate", file, ..] => validate(file).map(|_| println!("{file}: ok")),
+        ["routes", "validate", file, rest @ ..] => validate(file).map(|text| {
+            println!("{file}: ok");
+            warn_unbound(&text, rest, true);
+        }),
         ["routes", "put", file, rest @ ..] => validate(file).and_then(|text| {
+            warn_unbound(&text, rest, rest.contains(&"--local"));
             Wrangler::from_flags(rest)?.put(ROUTES_KV_KEY, &text)?;
             println!("route table from {file} written to KV key '{ROUTES_KV_KEY}'");
             Ok(())
@@ -57,6 +63,39 @@ fn validate(file: &str) -> Result<String, String> {
     RouteTable::parse(&text)
         .map_err(|errors| errors.iter().map(|e| format!("{file}: {e}")).collect::<Vec<_>>().join("\n"))?;
     Ok(text)
+}
+
+/// Warns (never refuses) about deployments whose credential has no secret: locally against
+/// `.dev.vars`; for production it names the secrets to look for in `wrangler secret list`.
+fn warn_unbound(text: &str, args: &[&str], local: bool) {
+    let Ok(table) = RouteTable::parse(text) else { return };
+    let path = flag(args, "--dev-vars").map_or_else(dev_vars_path, std::path::PathBuf::from);
+    let vars = std::fs::read_to_string(&path).map(|t| credentials::dev_vars_names(&t)).unwrap_or_default();
+    for u in credentials::unbound(&table, |name| vars.contains(name)) {
+        eprintln!(
+            "warning: deployment '{}' names credential '{}', which {} does not bind: locally its requests fail over \
+             (503 no_deployment_available when it is the only one)",
+            u.deployment,
+            u.credential,
+            path.display()
+        );
+    }
+    if !local {
+        let mut names: Vec<&str> = table.deployments.values().map(|d| d.credential.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        eprintln!(
+            "note: the deployed worker must have these secrets: {} (check with `npx wrangler secret list`; \
+             /admin/status lists deployments whose credential is unbound)",
+            names.join(", ")
+        );
+    }
+}
+
+/// The `.dev.vars` the local gateway reads: `$ROOT/.dev.vars` (set by scripts/lib/env.sh), else this checkout's.
+fn dev_vars_path() -> std::path::PathBuf {
+    let root = std::env::var("ROOT").unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../..").to_string());
+    std::path::Path::new(&root).join(".dev.vars")
 }
 
 fn flag<'a>(args: &[&'a str], name: &str) -> Option<&'a str> {
@@ -97,8 +136,11 @@ impl Wrangler {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
+    /// Writes through a file (`--path`), never an argument: a large table would exceed the
+    /// system's argument size ("Argument list too long"), and what was validated is what is sent.
     fn put(&self, key: &str, value: &str) -> Result<(), String> {
-        self.run(&["key", "put", key, value]).map(|_| ())
+        let file = ValueFile::write(value)?;
+        self.run(&["key", "put", key, "--path", &file.0]).map(|_| ())
     }
 
     fn get(&self, key: &str) -> Result<String, String> {
@@ -110,6 +152,24 @@ impl Wrangler {
         let listed: serde_json::Value =
             serde_json::from_str(&self.run(&["key", "list", "--prefix", "key:"])?).map_err(|e| e.to_string())?;
         Ok(listed.as_array().into_iter().flatten().filter_map(|e| e["name"].as_str().map(str::to_string)).collect())
+    }
+}
+
+/// A value in a private temporary file, removed when dropped.
+struct ValueFile(String);
+
+impl ValueFile {
+    fn write(value: &str) -> Result<Self, String> {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let path = std::env::temp_dir().join(format!("gatewayctl-{}-{nanos}.json", std::process::id()));
+        std::fs::write(&path, value).map_err(|e| format!("writing {}: {e}", path.display()))?;
+        Ok(ValueFile(path.to_string_lossy().into_owned()))
+    }
+}
+
+impl Drop for ValueFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
     }
 }
 

@@ -26,10 +26,13 @@ TARGETS = {
     "mf_passthrough": ("miniflare", "passthrough worker (JS `fetch` to the mock)"),
     "mf_gateway": ("miniflare", "gateway, model without limits"),
     "mf_gateway_limited": ("miniflare", "gateway, model with limits (limiter DO)"),
+    "mf_gateway_nobreaker": ("miniflare", "gateway, model with the default breaker switched off"),
     "mf_gateway_do": ("miniflare", "gateway, limits with every request through the DO (no leases)"),
     "workerd_floor": ("workerd", "floor: constant worker (JS)"),
     "mf_direct_messages": ("mock", "direct to the mock vendor's /v1/messages"),
     "mf_gateway_messages": ("miniflare", "gateway /v1/messages, passed through to an Anthropic deployment"),
+    "mf_direct_responses": ("mock", "direct to the mock vendor's /v1/responses"),
+    "mf_gateway_responses": ("miniflare", "gateway /v1/responses, passed through to an OpenAI deployment"),
     "mf_gateway_nolog": ("miniflare", "experiment: gateway with `console.log` stubbed out"),
     "mf_gateway_nolog_noqueue": ("miniflare", "experiment: gateway with `console.log` and the usage queue's `send` stubbed out"),
 }
@@ -277,13 +280,18 @@ def render(results):
 
     # ---- Messages door -------------------------------------------------------------------------
     dm, gm, dc, gc = (W.get(n) for n in ("mf_direct_messages", "mf_gateway_messages", "direct", "mf_gateway"))
+    dr, gr = (W.get(n) for n in ("mf_direct_responses", "mf_gateway_responses"))
     if all(x and x.get(1) and x.get(conns) for x in (dm, gm, dc, gc)):
-        p("**The Messages door beside chat completions** (Miniflare; each door's gateway figures against a direct call "
-          "to the mock's own endpoint for that format; both doors pass the body through with the model spliced):")
+        p("**The Messages and Responses doors beside chat completions** (Miniflare; each door's gateway figures against a "
+          "direct call to the mock's own endpoint for that format; Messages and Responses pass the body through with the "
+          "model spliced):")
         p("")
         p(f"| door | direct c=1 p50 (ms) | gateway c=1 p50 (ms) | added p50 | direct c={conns} req/s | gateway c={conns} req/s | gateway / direct |")
         p("|---|---:|---:|---:|---:|---:|---:|")
-        for label, d, g in (("`/v1/chat/completions` → OpenAI", dc, gc), ("`/v1/messages` → Anthropic", dm, gm)):
+        doors = [("`/v1/chat/completions` → OpenAI", dc, gc), ("`/v1/messages` → Anthropic", dm, gm)]
+        if all(x and x.get(1) and x.get(conns) for x in (dr, gr)):
+            doors.append(("`/v1/responses` → OpenAI", dr, gr))
+        for label, d, g in doors:
             p(f"| {label} | {ms(d[1]['p50'])} | {ms(g[1]['p50'])} | {signed(g[1]['p50'] - d[1]['p50'])} "
               f"| {rps(d[conns]['rps'])} | {rps(g[conns]['rps'])} | {ratio(g[conns]['rps'], d[conns]['rps'])} |")
         p("")
@@ -300,6 +308,14 @@ def render(results):
         p(f"| {label} | {ms(x1['p50'])} → {ms(y1['p50'])} | {signed(y1['p50'] - x1['p50'])} | {ms(x1['p99'])} → {ms(y1['p99'])} "
           f"| {rps(xc['rps'])} → {rps(yc['rps'])} | {ratio(yc['rps'], xc['rps'])} |")
         checks.append((f"{label}: the limiter adds no DO round trip (with/without ≥ 0.95 at c={conns})", yc["rps"] >= 0.95 * xc["rps"], yc["rps"] / xc["rps"]))
+    a, b = "mf_gateway_nobreaker", "mf_gateway"
+    if W.get(a) and W.get(b) and W[a].get(1) and W[b].get(1) and W[a].get(conns) and W[b].get(conns):
+        x1, y1, xc, yc = W[a][1], W[b][1], W[a][conns], W[b][conns]
+        p(f"| Miniflare, default breaker off → on (no `limits`) | {ms(x1['p50'])} → {ms(y1['p50'])} "
+          f"| {signed(y1['p50'] - x1['p50'])} | {ms(x1['p99'])} → {ms(y1['p99'])} | {rps(xc['rps'])} → {rps(yc['rps'])} "
+          f"| {ratio(yc['rps'], xc['rps'])} |")
+        checks.append((f"Miniflare: the default breaker costs no DO round trip (on/off ≥ 0.95 at c={conns})",
+                       yc["rps"] >= 0.95 * xc["rps"], yc["rps"] / xc["rps"]))
     a, b = "mf_gateway", "mf_gateway_do"
     if W.get(a) and W.get(b) and W[a].get(1) and W[b].get(1) and W[a].get(conns) and W[b].get(conns):
         x1, y1, xc, yc = W[a][1], W[b][1], W[a][conns], W[b][conns]
@@ -443,8 +459,42 @@ def write_docs(path, body):
         f.write(text)
 
 
+def quick(results, names):
+    """BENCH_QUICK: one line per target, CPU per request beside the passthrough worker's."""
+    meta = load(os.path.join(results, "meta.json"), {}) or {}
+    clk = meta.get("clk_tck") or os.sysconf("SC_CLK_TCK")
+    conns = meta.get("conns") or 16
+    rows, base = [], None
+    for name in names:
+        w1, wc = wrk(results, name, 1), wrk(results, name, conns)
+        cpu = cpu_per_request(results, name, conns, clk)
+        if not (w1 and wc and cpu):
+            continue
+        if name == "mf_passthrough":
+            base = (cpu["runtime"], wc["rps"], w1["p50"])
+        rows.append((name, w1["p50"], wc["rps"], cpu["runtime"], wc["sock"] + wc["non2xx"] + w1["sock"] + w1["non2xx"]))
+    print(f"| target (Miniflare) | c=1 p50 (ms) | c={conns} req/s | CPU ms/req | CPU − passthrough | req/s ÷ passthrough | errors |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name, p50, rps_, cpu, errors in rows:
+        extra = (f"{cpu - base[0]:+.3f} | {rps_ / base[1]:.2f}×") if base else "— | —"
+        print(f"| {name} | {p50:.3f} | {rps_:,.0f} | {cpu:.3f} | {extra} | {errors} |")
+    prof = load(os.path.join(results, "profile.json"))
+    if prof:
+        total = prof["total_ms"] or 1
+        print("\n| category | share |\n|---|---:|")
+        for cat, v in prof["categories"].items():
+            print(f"| {cat} | {v / total:.1%} |")
+        print("\n| function (self time) | share | called from |\n|---|---:|---|")
+        for entry in prof["self"][:30]:
+            callers = ", ".join(f"`{c[:60]}`" for c, _ in (entry[2] if len(entry) > 2 else [])[:2])
+            print(f"| `{entry[0][:80]}` | {entry[1] / total:.1%} | {callers} |")
+
+
 def main():
     results = sys.argv[1]
+    if "--quick" in sys.argv:
+        quick(results, sys.argv[sys.argv.index("--quick") + 1:])
+        return
     body = render(results)
     print(body)
     if "--docs" in sys.argv:

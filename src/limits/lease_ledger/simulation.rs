@@ -346,7 +346,7 @@ fn limits(rpm: u64) -> Limits {
     Limits {
         rpm: Some(rpm),
         tpm: Some(rpm * 400),
-        breaker: BreakerConfig { trip: Trip::Consecutive { failures: 4 }, open_ms: 2_000, ramp: vec![] },
+        breaker: BreakerConfig { trip: Trip::Consecutive { failures: 4 }, open_ms: 2_000, ramp: vec![], enabled: true },
         reservation_ttl_ms: 30_000,
         ..Limits::default()
     }

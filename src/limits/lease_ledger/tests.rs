@@ -102,6 +102,39 @@ fn a_small_limit_is_never_leased() {
 }
 
 #[test]
+fn a_breaker_only_deployment_leases_from_the_first_request_and_then_admits_locally() {
+    let mut c = LeaseLedger::new("iso");
+    let breaker_only = Limits::default();
+    let first = c.admit(DEP, &breaker_only, need(100), T0);
+    assert_eq!(first.local, None, "a cold isolate asks the object once");
+    let ask = first.ask.expect("a lease rides along with the first admit");
+    assert_eq!(ask.want, Amounts { requests: MAX_WANT, ..Amounts::default() }, "it holds nothing back");
+    let g = LeaseGrant { grant: ask.want, ttl_ms: LEASE_TTL_MS, remaining_requests: None, remaining_tokens: None };
+    c.granted(DEP, &ask.id, &breaker_only, &g, T0).expect("a slice");
+    // One request every 400 ms: a slow trickle, still no round trip while the slice lives.
+    for i in 1..=6 {
+        let d = c.admit(DEP, &breaker_only, need(100), T0 + i * 400);
+        assert!(d.local.is_some(), "request {i} admitted locally");
+    }
+    let ticket = c.admit(DEP, &breaker_only, need(100), T0 + 2_500).local.unwrap().ticket;
+    let failed = c.settle_local(DEP, &ticket, &Outcome::Failure, None, &UpstreamSignals::default(), T0 + 2_600);
+    let SettleAction::Now(tally) = failed else { panic!("a failure is told at once") };
+    assert_eq!((tally.successes, tally.returns.len()), (0, 1), "the slice goes back with it");
+    assert_eq!(c.admit(DEP, &breaker_only, need(100), T0 + 2_700).local, None, "then the object decides");
+}
+
+#[test]
+fn a_fault_found_locally_is_reported_once_per_quiet_time() {
+    let mut c = LeaseLedger::new("iso");
+    assert!(c.report_fault(DEP, T0), "the first finding is told");
+    assert!(!c.report_fault(DEP, T0 + 10), "then the isolate knows");
+    assert!(!c.report_fault(DEP, T0 + MAX_QUIET_MS - 1));
+    assert!(c.report_fault(DEP, T0 + MAX_QUIET_MS), "and tells again after the quiet time");
+    let d = c.admit(DEP, &Limits::default(), need(1), T0 + MAX_QUIET_MS + 1);
+    assert_eq!((d.local, d.ask), (None, None), "no lease is asked for while it is known faulty");
+}
+
+#[test]
 fn a_slow_trickle_never_leases() {
     let mut c = LeaseLedger::new("iso");
     for i in 0..20 {

@@ -7,11 +7,12 @@
 //! verbatim, while the usage is read from `message_start` / `message_delta` (or the body).
 
 use super::DEFAULT_VERSION;
-use crate::canonical::usage::Usage;
+use crate::canonical::usage::{AnthropicStreamUsage, Usage};
 use crate::config::routes::{Deployment, ProviderKind};
 use crate::http::codes;
 use crate::http::error::ApiError;
 use crate::http::sse::SseParser;
+use crate::providers::splice::splice_model;
 use crate::providers::{classify, endpoint, headers, read_json, StreamEnd, UpstreamCall, UpstreamError};
 use serde_json::Value;
 
@@ -68,160 +69,6 @@ pub fn read_answer(body: &[u8]) -> Result<(String, Option<Usage>), UpstreamError
     Ok((text, usage))
 }
 
-/// Replaces the value of every top-level `"model"` key with `model`, leaving every other byte as
-/// it was. The body must be a JSON object whose `model` is a string.
-pub fn splice_model(body: &[u8], model: &str) -> Result<Vec<u8>, ApiError> {
-    let spans = model_spans(body).ok_or_else(|| {
-        ApiError::invalid_request(codes::INVALID_JSON, "The request body is not a valid JSON object.")
-    })?;
-    if spans.is_empty() {
-        return Err(
-            ApiError::invalid_request(codes::MISSING_REQUIRED_PARAMETER, "model: Field required").with_param("model")
-        );
-    }
-    let replacement = Value::from(model).to_string();
-    let mut out = Vec::with_capacity(body.len() + replacement.len());
-    let mut from = 0;
-    for (start, end) in spans {
-        if body.get(start) != Some(&b'"') {
-            return Err(ApiError::invalid_request(codes::INVALID_TYPE, "model: Input should be a valid string")
-                .with_param("model"));
-        }
-        out.extend_from_slice(&body[from..start]);
-        out.extend_from_slice(replacement.as_bytes());
-        from = end;
-    }
-    out.extend_from_slice(&body[from..]);
-    Ok(out)
-}
-
-/// The byte spans of the values of the top-level `model` keys; `None` if the body is not one
-/// well-formed JSON object.
-fn model_spans(body: &[u8]) -> Option<Vec<(usize, usize)>> {
-    let mut scan = Scanner { bytes: body, pos: 0 };
-    let mut spans = Vec::new();
-    scan.ws();
-    scan.expect(OBJECT_OPEN)?;
-    scan.ws();
-    if scan.peek() == Some(OBJECT_CLOSE) {
-        scan.pos += 1;
-    } else {
-        loop {
-            scan.ws();
-            let key_start = scan.pos;
-            scan.string()?;
-            let key: String = serde_json::from_slice(&body[key_start..scan.pos]).ok()?;
-            scan.ws();
-            scan.expect(b':')?;
-            scan.ws();
-            let value_start = scan.pos;
-            scan.value(0)?;
-            if key == "model" {
-                spans.push((value_start, scan.pos));
-            }
-            scan.ws();
-            match scan.next()? {
-                b',' => continue,
-                OBJECT_CLOSE => break,
-                _ => return None,
-            }
-        }
-    }
-    scan.ws();
-    (scan.pos == body.len()).then_some(spans)
-}
-
-/// Just enough of a JSON reader to find where values end; strings are checked for their quotes
-/// and escapes only (serde has validated nothing here, so nothing is trusted).
-struct Scanner<'a> {
-    bytes: &'a [u8],
-    pos: usize,
-}
-
-const MAX_DEPTH: usize = 512;
-// Named, so brace-counting tools (and readers) are not thrown by bracket literals.
-const OBJECT_OPEN: u8 = 0x7b;
-const OBJECT_CLOSE: u8 = 0x7d;
-const ARRAY_OPEN: u8 = 0x5b;
-const ARRAY_CLOSE: u8 = 0x5d;
-
-impl Scanner<'_> {
-    fn peek(&self) -> Option<u8> {
-        self.bytes.get(self.pos).copied()
-    }
-
-    fn next(&mut self) -> Option<u8> {
-        let b = self.peek()?;
-        self.pos += 1;
-        Some(b)
-    }
-
-    fn expect(&mut self, b: u8) -> Option<()> {
-        (self.next()? == b).then_some(())
-    }
-
-    fn ws(&mut self) {
-        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
-            self.pos += 1;
-        }
-    }
-
-    fn string(&mut self) -> Option<()> {
-        self.expect(b'"')?;
-        loop {
-            match self.next()? {
-                b'"' => return Some(()),
-                b'\\' => {
-                    self.next()?;
-                }
-                c if c < 0x20 => return None,
-                _ => {}
-            }
-        }
-    }
-
-    fn value(&mut self, depth: usize) -> Option<()> {
-        if depth > MAX_DEPTH {
-            return None;
-        }
-        match self.peek()? {
-            b'"' => self.string(),
-            open @ (OBJECT_OPEN | ARRAY_OPEN) => {
-                let close = if open == OBJECT_OPEN { OBJECT_CLOSE } else { ARRAY_CLOSE };
-                self.pos += 1;
-                self.ws();
-                if self.peek() == Some(close) {
-                    self.pos += 1;
-                    return Some(());
-                }
-                loop {
-                    self.ws();
-                    if open == OBJECT_OPEN {
-                        self.string()?;
-                        self.ws();
-                        self.expect(b':')?;
-                        self.ws();
-                    }
-                    self.value(depth + 1)?;
-                    self.ws();
-                    match self.next()? {
-                        b',' => continue,
-                        c if c == close => return Some(()),
-                        _ => return None,
-                    }
-                }
-            }
-            _ => {
-                let start = self.pos;
-                while matches!(self.peek(), Some(b'-' | b'+' | b'.' | b'0'..=b'9' | b'a'..=b'z' | b'E')) {
-                    self.pos += 1;
-                }
-                (self.pos > start).then_some(())
-            }
-        }
-    }
-}
-
 /// Relays an Anthropic SSE stream byte for byte and reads its usage on the way.
 ///
 /// Bytes are held until the first content event (anything but `message_start` and `ping`), so a
@@ -232,7 +79,7 @@ pub struct PassthroughStream {
     parser: SseParser,
     held: Vec<u8>,
     started: bool,
-    usage: Option<Usage>,
+    usage: AnthropicStreamUsage,
     done: bool,
     vendor_error_relayed: bool,
     /// The last byte relayed, so an appended error frame starts on a fresh line.
@@ -257,11 +104,18 @@ impl PassthroughStream {
             self.held.extend_from_slice(chunk);
         }
         while let Some(ev) = self.parser.next_event() {
-            let Ok(data) = serde_json::from_str::<Value>(&ev.data) else { continue };
+            let Ok(data) = crate::support::lone_surrogates::parse::<Value>(&ev.data, "anthropic stream event") else {
+                continue;
+            };
             let kind = data.get("type").and_then(Value::as_str).or(ev.event.as_deref()).unwrap_or("");
             match kind {
-                "message_start" => self.merge_usage(&data["message"]["usage"]),
-                "message_delta" => self.merge_usage(&data["usage"]),
+                "message_start" => self.usage.start(&data["message"]["usage"]),
+                "message_delta" => self.usage.delta(&data["usage"]),
+                "content_block_delta" => {
+                    let delta = &data["delta"];
+                    let generated = ["text", "partial_json", "thinking"].iter().find_map(|k| delta[*k].as_str());
+                    self.usage.delivered(generated.unwrap_or(""));
+                }
                 "message_stop" => self.done = true,
                 "error" => {
                     let err = classify(ProviderKind::Anthropic, 0, None, ev.data.as_bytes());
@@ -288,13 +142,6 @@ impl PassthroughStream {
         out.extend_from_slice(bytes);
     }
 
-    fn merge_usage(&mut self, usage: &Value) {
-        let mut u = self.usage.unwrap_or_default();
-        if u.merge_anthropic(usage) {
-            self.usage = Some(u);
-        }
-    }
-
     pub fn finish(&mut self, out: &mut Vec<u8>) -> StreamEnd {
         if !self.done && !self.vendor_error_relayed {
             // A last event without its blank line still counts.
@@ -317,7 +164,12 @@ impl PassthroughStream {
     }
 
     pub fn usage(&self) -> Option<Usage> {
-        self.usage
+        self.usage.usage()
+    }
+
+    /// Whether the output in [`usage`](Self::usage) is estimated from what was delivered.
+    pub fn usage_estimated(&self) -> bool {
+        self.usage.estimated()
     }
 
     pub fn emitted_any(&self) -> bool {
@@ -340,51 +192,6 @@ mod tests {
     use super::*;
     use crate::providers::testing::deployment;
     use crate::providers::ErrorClass;
-
-    #[test]
-    fn splice_changes_only_the_model_value() {
-        let body = br#"{ "model" : "claude-sonnet-4-5",
-  "messages":[{"role":"user","content":[{"type":"text","text":"model \"x\"","cache_control":{"type":"ephemeral","ttl":"1h"}}]}],
-  "metadata":{"model":"keep"},"zzz_unknown":[1,2.5e3,true,null,{"model":"nested"}],"max_tokens":32000}"#;
-        let out = splice_model(body, "claude-sonnet-4-5-20250929").unwrap();
-        let expected = String::from_utf8(body.to_vec()).unwrap().replacen(
-            "\"claude-sonnet-4-5\"",
-            "\"claude-sonnet-4-5-20250929\"",
-            1,
-        );
-        assert_eq!(String::from_utf8(out).unwrap(), expected);
-    }
-
-    #[test]
-    fn splice_escapes_and_handles_unicode() {
-        let body = "{\"messages\":[],\"model\":\"m\",\"system\":\"héllo ☃ \\u00e9\"}".as_bytes();
-        let out = splice_model(body, "a\"b").unwrap();
-        assert_eq!(
-            String::from_utf8(out).unwrap(),
-            "{\"messages\":[],\"model\":\"a\\\"b\",\"system\":\"héllo ☃ \\u00e9\"}"
-        );
-        // An escaped key is still the key `model`.
-        let out = splice_model(br#"{"mod\u0065l":"x"}"#, "y").unwrap();
-        assert_eq!(out, br#"{"mod\u0065l":"y"}"#);
-    }
-
-    #[test]
-    fn splice_refuses_bad_bodies_without_panicking() {
-        for bad in
-            [&b""[..], b"[]", b"{", b"{\"model\":", b"{\"model\":\"x\"", b"{\"model\":\"x\"} extra", b"{\"a\":[1,}"]
-        {
-            assert_eq!(
-                splice_model(bad, "m").unwrap_err().code,
-                codes::INVALID_JSON,
-                "{:?}",
-                String::from_utf8_lossy(bad)
-            );
-        }
-        assert_eq!(splice_model(br#"{"messages":[]}"#, "m").unwrap_err().param.as_deref(), Some("model"));
-        assert_eq!(splice_model(br#"{"model":5}"#, "m").unwrap_err().code, codes::INVALID_TYPE);
-        let deep = format!("{{\"a\":{}{}}}", "[".repeat(2000), "]".repeat(2000));
-        assert!(splice_model(deep.as_bytes(), "m").is_err());
-    }
 
     #[test]
     fn build_forwards_version_and_betas() {
@@ -475,6 +282,18 @@ event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
         assert!(s.error_event(&ApiError::internal("x")).is_empty());
         assert_eq!(s.finish(&mut out), StreamEnd::Truncated);
         assert_eq!(s.usage().map(|u| u.input), Some(25));
+    }
+
+    #[test]
+    fn a_stream_cut_after_text_bills_the_text_not_the_placeholder() {
+        let mut s = PassthroughStream::new();
+        let cut = STREAM.find("event: message_delta").unwrap();
+        s.feed(&STREAM.as_bytes()[..cut], &mut Vec::new());
+        assert_eq!(s.finish(&mut Vec::new()), StreamEnd::Truncated);
+        assert_eq!((s.usage().map(|u| (u.input, u.output)), s.usage_estimated()), (Some((25, 2)), true), "Hello: 2");
+        let mut whole = PassthroughStream::new();
+        whole.feed(STREAM.as_bytes(), &mut Vec::new());
+        assert_eq!((whole.usage().map(|u| u.output), whole.usage_estimated()), (Some(15), false));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use super::finish_reason;
 use crate::canonical::completion::{Chunk, ChunkChoice, Delta, FunctionDelta, ToolDelta, ToolFunction, CHUNK_OBJECT};
-use crate::canonical::usage::{OpenaiUsage, Usage};
+use crate::canonical::usage::{AnthropicStreamUsage, OpenaiUsage, Usage};
 use crate::config::routes::ProviderKind;
 use crate::http::sse::{write_data, SseEvent};
 use crate::providers::{classify, UpstreamError};
@@ -18,7 +18,7 @@ pub(crate) struct AnthropicStream {
     started: bool,
     /// Anthropic content-block index → OpenAI tool-call index (tool blocks only, in order).
     tool_index: BTreeMap<u64, usize>,
-    usage: Option<Usage>,
+    usage: AnthropicStreamUsage,
     done: bool,
 }
 
@@ -31,7 +31,7 @@ impl AnthropicStream {
             model: String::new(),
             started: false,
             tool_index: BTreeMap::new(),
-            usage: None,
+            usage: AnthropicStreamUsage::default(),
             done: false,
         }
     }
@@ -41,20 +41,24 @@ impl AnthropicStream {
     }
 
     pub(in crate::providers) fn usage(&self) -> Option<Usage> {
-        self.usage
+        self.usage.usage()
+    }
+
+    pub(in crate::providers) fn usage_estimated(&self) -> bool {
+        self.usage.estimated()
     }
 
     pub(in crate::providers) fn on_event(&mut self, ev: &SseEvent, out: &mut Vec<u8>) -> Result<(), UpstreamError> {
-        let Ok(data) = serde_json::from_str::<Value>(&ev.data) else { return Ok(()) };
+        let Ok(data) = crate::support::lone_surrogates::parse::<Value>(&ev.data, "anthropic stream event") else {
+            return Ok(());
+        };
         let kind = data.get("type").and_then(Value::as_str).or(ev.event.as_deref()).unwrap_or("");
         match kind {
             "message_start" => {
                 let msg = &data["message"];
                 self.id = msg["id"].as_str().unwrap_or_default().to_string();
                 self.model = msg["model"].as_str().unwrap_or_default().to_string();
-                let mut usage = self.usage.unwrap_or_default();
-                usage.merge_anthropic(&msg["usage"]);
-                self.usage = Some(usage);
+                self.usage.start(&msg["usage"]);
             }
             "content_block_start" => {
                 let block = &data["content_block"];
@@ -83,8 +87,11 @@ impl AnthropicStream {
                 let delta = &data["delta"];
                 match delta["type"].as_str() {
                     Some("text_delta") => self.text(delta["text"].as_str().unwrap_or(""), out),
+                    // Not shown on this door, but generated and billed.
+                    Some("thinking_delta") => self.usage.delivered(delta["thinking"].as_str().unwrap_or("")),
                     Some("input_json_delta") => {
                         let partial = delta["partial_json"].as_str().unwrap_or("");
+                        self.usage.delivered(partial);
                         let index = data["index"].as_u64().and_then(|i| self.tool_index.get(&i)).copied();
                         if let (Some(index), false) = (index, partial.is_empty()) {
                             let function = FunctionDelta { name: None, arguments: partial };
@@ -97,10 +104,7 @@ impl AnthropicStream {
                 }
             }
             "message_delta" => {
-                let mut usage = self.usage.unwrap_or_default();
-                if usage.merge_anthropic(&data["usage"]) {
-                    self.usage = Some(usage);
-                }
+                self.usage.delta(&data["usage"]);
                 if let Some(stop) = data["delta"]["stop_reason"].as_str() {
                     self.emit(out, Delta::default(), Some(finish_reason(stop)));
                 }
@@ -108,7 +112,7 @@ impl AnthropicStream {
             "message_stop" => {
                 self.start(out);
                 if self.wants_usage {
-                    let usage = self.usage.unwrap_or_default().to_openai();
+                    let usage = self.usage.usage().unwrap_or_default().to_openai();
                     self.write(out, Vec::new(), Some(usage));
                 }
                 write_data(out, "[DONE]");
@@ -121,6 +125,7 @@ impl AnthropicStream {
     }
 
     fn text(&mut self, text: &str, out: &mut Vec<u8>) {
+        self.usage.delivered(text);
         if !text.is_empty() {
             self.emit(out, Delta { content: Some(text), ..Delta::default() }, None);
         }
@@ -172,6 +177,20 @@ mod tests {
     }
 
     #[test]
+    fn only_a_stream_whose_final_count_never_came_is_estimated() {
+        for (transcript, estimated) in [
+            (fixture!("anthropic_stream_text.sse"), false),
+            (fixture!("anthropic_stream_truncated.sse"), true),
+            (fixture!("anthropic_stream_error.sse"), true),
+        ] {
+            let mut t = StreamTranslator::new(&deployment("anthropic"), true, CREATED);
+            t.feed(transcript.as_bytes(), &mut Vec::new());
+            t.finish(&mut Vec::new());
+            assert_eq!(t.usage_estimated(), estimated, "{transcript}");
+        }
+    }
+
+    #[test]
     fn golden_text() {
         let (out, usage, err, end) = run(false, fixture!("anthropic_stream_text.sse"));
         assert_eq!(out, fixture!("anthropic_stream_text.expected.sse"));
@@ -197,7 +216,8 @@ mod tests {
         let err = err.expect("the error event is returned");
         assert_eq!((err.class, err.status, err.message.as_str()), (ErrorClass::Overloaded, 0, "Overloaded"));
         assert_eq!(end, StreamEnd::Truncated);
-        assert_eq!(usage, Some(Usage { input: 25, output: 1, ..Usage::default() }));
+        // "Once upon a time, 🐉 " went out: 20 characters, 5 tokens, not message_start's placeholder 1.
+        assert_eq!(usage, Some(Usage { input: 25, output: 5, ..Usage::default() }));
     }
 
     #[test]
@@ -207,7 +227,8 @@ mod tests {
         assert_eq!((err, end), (None, StreamEnd::Truncated));
         assert_eq!(
             usage,
-            Some(Usage { input: 12, output: 1, cached_read: 0, cache_write: 300, reasoning: 0, cache_write_1h: 0 })
+            // "部分的な答え… partial": 15 characters delivered before the cut, so 4 output tokens.
+            Some(Usage { input: 12, output: 4, cached_read: 0, cache_write: 300, reasoning: 0, cache_write_1h: 0 })
         );
     }
 

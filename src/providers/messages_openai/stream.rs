@@ -73,7 +73,9 @@ impl OpenaiStreamToMessages {
             self.end(out);
             return Ok(());
         }
-        let Ok(chunk) = serde_json::from_str::<Value>(&ev.data) else { return Ok(()) };
+        let Ok(chunk) = crate::support::lone_surrogates::parse::<Value>(&ev.data, "openai stream event") else {
+            return Ok(());
+        };
         if chunk.get("error").is_some_and(|e| !e.is_null()) {
             return Err(classify(ProviderKind::Openai, 0, None, ev.data.as_bytes()));
         }

@@ -144,7 +144,7 @@ pub fn from_chat(
     usage: Option<&Usage>,
     now_s: u64,
 ) -> Result<String, UpstreamError> {
-    let completion: Value = serde_json::from_slice(completion)
+    let completion: Value = crate::support::lone_surrogates::parse_slice(completion, "chat answer")
         .map_err(|e| UpstreamError::malformed(200, format!("the upstream returned a malformed body: {e}")))?;
     let suffix = id_suffix(completion.get("id").and_then(Value::as_str).unwrap_or(""));
     let choice = completion.pointer("/choices/0").cloned().unwrap_or(Value::Null);

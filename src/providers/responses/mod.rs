@@ -6,11 +6,9 @@
 
 pub mod answer;
 pub mod request;
-mod splice;
 pub mod stream;
 
-pub use splice::splice_model;
-
+use super::splice::splice_model;
 use super::{endpoint, headers, read_json, UpstreamCall, UpstreamError};
 use crate::canonical::usage::Usage;
 use crate::config::routes::Deployment;
@@ -19,12 +17,8 @@ use crate::http::error::ApiError;
 
 /// The client's body to the vendor's `/responses`, unchanged but for the model name.
 pub fn build_passthrough(dep: &Deployment, body: &[u8], credential: &str) -> Result<UpstreamCall, ApiError> {
-    let text = std::str::from_utf8(body)
+    let body = String::from_utf8(splice_model(body, &dep.model)?)
         .map_err(|_| ApiError::invalid_request(codes::INVALID_JSON, "The request body is not valid UTF-8 JSON."))?;
-    let body = splice_model(text, &dep.model).ok_or_else(|| {
-        ApiError::invalid_request(codes::INVALID_TYPE, "'model' must be a string in a JSON object body.")
-            .with_param("model")
-    })?;
     Ok(UpstreamCall { url: endpoint(&dep.base_url, "/responses"), headers: headers(dep, credential, &[]), body })
 }
 

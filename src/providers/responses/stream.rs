@@ -82,7 +82,9 @@ impl PassThrough {
         self.held.extend_from_slice(chunk);
         let mut failure = None;
         while let Some(ev) = self.parser.next_event() {
-            let Ok(data) = serde_json::from_str::<Value>(&ev.data) else { continue };
+            let Ok(data) = crate::support::lone_surrogates::parse::<Value>(&ev.data, "responses stream event") else {
+                continue;
+            };
             let kind = data.get("type").and_then(Value::as_str).or(ev.event.as_deref()).unwrap_or("").to_string();
             if let Some(n) = data.get("sequence_number").and_then(Value::as_u64) {
                 self.last_sequence = Some(n);
@@ -123,7 +125,7 @@ impl PassThrough {
 
     pub fn finish(&mut self, out: &mut Vec<u8>) -> StreamEnd {
         if let Some(ev) = self.parser.finish() {
-            if let Ok(data) = serde_json::from_str::<Value>(&ev.data) {
+            if let Ok(data) = crate::support::lone_surrogates::parse::<Value>(&ev.data, "responses stream event") {
                 if matches!(
                     data.get("type").and_then(Value::as_str),
                     Some("response.completed" | "response.incomplete")
@@ -366,7 +368,9 @@ impl FromChat {
         while let Some(ev) = self.chunks.next_event() {
             if ev.data.trim() == "[DONE]" {
                 self.complete(out);
-            } else if let Ok(chunk) = serde_json::from_str::<Value>(&ev.data) {
+            } else if let Ok(chunk) =
+                crate::support::lone_surrogates::parse::<Value>(&ev.data, "responses stream event")
+            {
                 self.on_chunk(&chunk, out);
             }
         }
@@ -391,6 +395,10 @@ impl FromChat {
 
     pub fn usage(&self) -> Option<Usage> {
         self.chat.usage()
+    }
+
+    pub fn usage_estimated(&self) -> bool {
+        self.chat.usage_estimated()
     }
 
     pub fn emitted_any(&self) -> bool {

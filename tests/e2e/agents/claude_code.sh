@@ -49,6 +49,10 @@ done
 [[ "$auth" == api-key || "$auth" == bearer ]] || { echo "claude_code.sh: --auth is api-key or bearer" >&2; exit 2; }
 ((${#prompt[@]})) || prompt=("say hello")
 
+# Tests run both of this script's cases at once: one install at a time, the second finds it done.
+mkdir -p "$ROOT/.tools"
+exec 9>"$ROOT/.tools/install.lock"
+flock 9
 installed_version() { "$CLAUDE" --version 2>/dev/null | awk '{print $1}'; }
 if [[ "$(installed_version)" != "$CLAUDE_CODE_VERSION" ]]; then
   echo "claude_code.sh: installing @anthropic-ai/claude-code@$CLAUDE_CODE_VERSION into .tools/claude-code" >&2
@@ -64,6 +68,7 @@ if [[ "$(installed_version)" != "$CLAUDE_CODE_VERSION" ]]; then
   fi
   [[ "$(installed_version)" == "$CLAUDE_CODE_VERSION" ]] || { echo "claude_code.sh: install failed" >&2; exit 1; }
 fi
+flock -u 9
 
 # A fresh HOME and working directory: no login, settings, CLAUDE.md, sessions or git repo leak in,
 # and nothing is left behind.

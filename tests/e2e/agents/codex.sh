@@ -40,6 +40,10 @@ done
 [[ -n "$base_url" ]] || { echo "codex.sh: --base-url is required" >&2; exit 2; }
 ((${#prompt[@]})) || prompt=("say hello")
 
+# Tests run both of this script's cases at once: one install at a time, the second finds it done.
+mkdir -p "$ROOT/.tools"
+exec 9>"$ROOT/.tools/install.lock"
+flock 9
 installed_version() { "$CODEX" --version 2>/dev/null | awk '{print $2}'; }
 if [[ "$(installed_version)" != "$CODEX_VERSION" ]]; then
   echo "codex.sh: installing @openai/codex@$CODEX_VERSION into .tools/codex" >&2
@@ -48,6 +52,7 @@ if [[ "$(installed_version)" != "$CODEX_VERSION" ]]; then
   (cd "$TOOLS_DIR" && npm install --no-audit --no-fund --save-exact --loglevel=error "@openai/codex@$CODEX_VERSION" >&2)
   [[ "$(installed_version)" == "$CODEX_VERSION" ]] || { echo "codex.sh: install failed" >&2; exit 1; }
 fi
+flock -u 9
 
 # Codex refuses to put its helper binaries under /tmp (a warning only); a sandbox under .tools avoids it.
 mkdir -p "$ROOT/.tools/tmp"

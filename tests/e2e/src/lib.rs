@@ -49,8 +49,23 @@ pub struct Stack {
     pub state: PathBuf,
     /// The runtime's control port: KV writes through the running gateway's own storage.
     control: String,
-    // Closing these pipes (at process exit) makes the wrappers kill their process groups.
+    /// How to start the gateway again on the same state (`restart`).
+    gateway_cmd: String,
+    gateway_log: PathBuf,
+    // Closing these pipes (at process exit) makes the wrappers kill their process groups:
+    // the mock's first, the gateway's second.
     _guards: Mutex<Vec<(Child, ChildStdin)>>,
+}
+
+/// What a test's own stack changes from the shared one.
+#[derive(Default)]
+pub struct StackOptions {
+    /// Extra CONFIG KV entries (`{"key","value"}`), seeded after the shared ones.
+    pub seed: Vec<serde_json::Value>,
+    /// Extra `.dev.vars` lines, `NAME=value`.
+    pub vars: Vec<String>,
+    /// `max_retries` of the usage queue's consumer (wrangler.toml says 10).
+    pub usage_max_retries: Option<u32>,
 }
 
 pub fn root() -> PathBuf {
@@ -105,15 +120,31 @@ fn wait_http(url: &str, within: Duration) -> bool {
     false
 }
 
+/// Any HTTP answer, error statuses included.
+fn answers(url: &str) -> bool {
+    match ureq::get(url).timeout(Duration::from_secs(2)).call() {
+        Ok(_) | Err(ureq::Error::Status(..)) => true,
+        Err(_) => false,
+    }
+}
+
 static STACK: OnceLock<Stack> = OnceLock::new();
 
 pub fn stack() -> &'static Stack {
-    STACK.get_or_init(start)
+    STACK.get_or_init(|| {
+        launch(&root().join("target/e2e").join(std::process::id().to_string()), StackOptions::default())
+    })
 }
 
-fn start() -> Stack {
+/// A stack of the test's own (own mock, own state), for tests that restart the gateway or need
+/// settings the shared stack must not have; it stops when the test process exits.
+pub fn own_stack(name: &str, options: StackOptions) -> Stack {
+    launch(&root().join("target/e2e").join(std::process::id().to_string()).join(name), options)
+}
+
+fn launch(run_dir: &Path, options: StackOptions) -> Stack {
     let root = root();
-    let run_dir = root.join("target/e2e").join(std::process::id().to_string());
+    let run_dir = run_dir.to_path_buf();
     std::fs::create_dir_all(&run_dir).expect("run dir");
     let state = run_dir.join("state");
     let mock_bin = std::env::var("MOCK_PROVIDER_BIN")
@@ -160,13 +191,18 @@ fn start() -> Stack {
         key_entry(KEY_MESSAGES, serde_json::json!({"tenant": MESSAGES_TENANT, "app": "messages-e2e", "env": "test"})),
         key_entry(KEY_MESSAGES_RPM, serde_json::json!({"tenant": "tenant-messages-rpm", "app": "messages-e2e", "limits": {"rpm": 2}})),
     ]);
+    // A test's own entries replace the shared ones of the same key.
+    let own: Vec<serde_json::Value> = options.seed.iter().map(|e| e["key"].clone()).collect();
+    let seed: Vec<serde_json::Value> =
+        seed.as_array().unwrap().iter().filter(|e| !own.contains(&e["key"])).cloned().chain(options.seed).collect();
     let seed_file = run_dir.join("seed.json");
-    std::fs::write(&seed_file, seed.to_string()).expect("seed");
+    std::fs::write(&seed_file, serde_json::Value::from(seed).to_string()).expect("seed");
     wrangler(&root, &["kv", "bulk", "put", "--local", "--binding", "CONFIG"], &state, &[seed_file.to_str().unwrap()]);
 
-    let config = isolated_config(&root, &run_dir);
+    let config = isolated_config(&root, &run_dir, options.usage_max_retries);
     let env_file = run_dir.join("dev.vars");
-    std::fs::copy(root.join("dev/dev.vars"), &env_file).expect("dev vars");
+    let vars = std::fs::read_to_string(root.join("dev/dev.vars")).expect("dev vars");
+    std::fs::write(&env_file, format!("{vars}\n{}\n", options.vars.join("\n"))).expect("own dev vars");
     let port = free_port();
     let control = free_port();
     let gateway_log = run_dir.join("gateway.log");
@@ -176,7 +212,8 @@ fn start() -> Stack {
         env_file.display(),
         state.display()
     );
-    let gateway = spawn_group(&format!("source scripts/lib/env.sh && {cmd}"), &root, &gateway_log);
+    let gateway_cmd = format!("source scripts/lib/env.sh && {cmd}");
+    let gateway = spawn_group(&gateway_cmd, &root, &gateway_log);
     let gateway_url = format!("http://127.0.0.1:{port}");
     // Generous: the first start compiles the wasm module, slow on a busy machine.
     if !wait_http(&format!("{gateway_url}/healthz"), Duration::from_secs(120)) {
@@ -184,12 +221,21 @@ fn start() -> Stack {
         panic!("the gateway (Miniflare) did not answer within 120 s; its log:\n{log}");
     }
     let control = format!("http://127.0.0.1:{control}");
-    Stack { gateway: gateway_url, mock: mock_url, root, state, control, _guards: Mutex::new(vec![mock, gateway]) }
+    Stack {
+        gateway: gateway_url,
+        mock: mock_url,
+        root,
+        state,
+        control,
+        gateway_cmd,
+        gateway_log,
+        _guards: Mutex::new(vec![mock, gateway]),
+    }
 }
 
 /// A copy of the built worker and a wrangler config without the build step, so the run tests
 /// exactly what `scripts/build-worker` built and edits to src/ during the run don't reload it.
-fn isolated_config(root: &Path, run_dir: &Path) -> PathBuf {
+fn isolated_config(root: &Path, run_dir: &Path, usage_max_retries: Option<u32>) -> PathBuf {
     let build = run_dir.join("build");
     let status = Command::new("cp").arg("-r").arg(root.join("build")).arg(&build).status().expect("cp build");
     assert!(status.success() && build.join("index.js").exists(), "build/ missing: run scripts/build-worker first");
@@ -211,6 +257,10 @@ fn isolated_config(root: &Path, run_dir: &Path) -> PathBuf {
             out.push_str(&format!("name = \"edge-gateway-e2e-{}\"\n", std::process::id()));
         } else if top_level && trimmed.starts_with("main =") {
             out.push_str(&format!("main = \"{}\"\n", build.join("index.js").display()));
+        } else if let (Some(n), true) =
+            (usage_max_retries, trimmed.starts_with("max_retries =") && !in_dlq_consumer(&out))
+        {
+            out.push_str(&format!("max_retries = {n}\n"));
         } else {
             out.push_str(line);
             out.push('\n');
@@ -219,6 +269,12 @@ fn isolated_config(root: &Path, run_dir: &Path) -> PathBuf {
     let config = run_dir.join("wrangler.toml");
     std::fs::write(&config, out).expect("write config");
     config
+}
+
+/// Whether the config written so far is inside the dead-letter queue's consumer table.
+fn in_dlq_consumer(written: &str) -> bool {
+    let last_queue = written.lines().rev().find(|l| l.trim_start().starts_with("queue ="));
+    last_queue.is_some_and(|l| l.contains("-dlq\""))
 }
 
 fn wrangler(root: &Path, args: &[&str], state: &Path, tail: &[&str]) {
@@ -242,6 +298,37 @@ fn wrangler(root: &Path, args: &[&str], state: &Path, tail: &[&str]) {
 }
 
 impl Stack {
+    /// Stops the gateway, runs `between` (e.g. `wrangler kv key put` on the stopped state), and
+    /// starts it again on the same state and ports: a new isolate, as after a deploy or an eviction.
+    pub fn restart(&self, between: impl FnOnce(&Stack)) {
+        let mut guards = self._guards.lock().unwrap();
+        let (mut child, stdin) = guards.pop().expect("the gateway's guard");
+        drop(stdin);
+        let _ = child.wait();
+        // The runtime disposes its storage after the wrapper is gone: wait until the port is free.
+        let addr = self.gateway.trim_start_matches("http://").to_string();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while std::net::TcpStream::connect(&addr).is_ok() {
+            assert!(Instant::now() < deadline, "the gateway did not stop within 60 s");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        between(self);
+        guards.push(spawn_group(&self.gateway_cmd, &self.root, &self.gateway_log));
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !answers(&self.url("/healthz")) {
+            let log = std::fs::read_to_string(&self.gateway_log).unwrap_or_default();
+            assert!(Instant::now() < deadline, "the restarted gateway did not answer within 120 s; its log:\n{log}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Writes one CONFIG KV key with `wrangler kv key put --local` (the admin's plain workflow,
+    /// no validation): only while the gateway is stopped, inside `restart`.
+    pub fn wrangler_kv_put(&self, key: &str, value: &str) {
+        wrangler(&self.root, &["kv", "key", "put", "--local", "--binding", "CONFIG"], &self.state, &[key, value]);
+    }
+
     /// Writes one key into the running gateway's local KV (CONFIG namespace), as an admin's
     /// `wrangler kv key put --local` would, through the runtime's own storage.
     pub fn put_config(&self, key: &str, value: &str) {
@@ -306,6 +393,20 @@ impl Stack {
             }
         }
         files
+    }
+
+    /// `GET /admin/status` with `token`. The gateway refuses every admin request for a few seconds
+    /// after repeated bad tokens (tests/gateway/admin_guard.rs provokes that): waits that out.
+    pub fn admin_status(&self, token: &str) -> client::Reply {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let reply = client::request("GET", &self.url("/admin/status"), Some(token), None);
+            if reply.status != 429 || std::time::Instant::now() > deadline {
+                return reply;
+            }
+            let wait_s = reply.header("retry-after").and_then(|v| v.parse::<u64>().ok()).unwrap_or(1);
+            std::thread::sleep(Duration::from_secs(wait_s.min(15)));
+        }
     }
 
     pub fn url(&self, path: &str) -> String {

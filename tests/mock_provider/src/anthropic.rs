@@ -115,7 +115,11 @@ pub fn messages(call: &Call, f: &Faults) -> Response {
     }
     let plan = plan(call, f);
     if call.bool_field("stream") {
-        return Response::sse(Sse { events: events(&plan), error_event: stream_error_event() });
+        return Response::sse(Sse {
+            events: events(&plan),
+            error_event: stream_error_event(),
+            ping_event: SseEvent::named("ping", &json!({"type": "ping"}), false),
+        });
     }
     Response::json(200, &message(&plan))
 }

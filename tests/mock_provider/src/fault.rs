@@ -21,13 +21,18 @@ pub enum Key {
     CutAfter,
     StallAfter,
     ErrorAfter,
+    PingMs,
     NoUsage,
     Malformed,
+    LoneSurrogate,
+    PadBytes,
+    Chunked,
     Empty,
     Words,
     Cached,
     CacheWrite,
     Reasoning,
+    Gzip,
 }
 
 enum Kind {
@@ -55,14 +60,23 @@ const KEYS: &[(&str, Key, Kind)] = &[
     ("cut_after", Key::CutAfter, ANY),
     ("stall_after", Key::StallAfter, ANY),
     ("error_after", Key::ErrorAfter, ANY),
+    ("ping_ms", Key::PingMs, Kind::Number { min: 1, max: 60_000 }),
     ("no_usage", Key::NoUsage, Kind::Flag),
     ("malformed", Key::Malformed, Kind::Flag),
+    // Legal JSON a Rust string cannot hold: `\ud800` after the reply's first word.
+    ("lone_surrogate", Key::LoneSurrogate, Kind::Flag),
+    // A heavy answer: this many filler bytes in a JSON body, or in SSE comments after the first content event.
+    ("pad_bytes", Key::PadBytes, Kind::Number { min: 0, max: 512 * 1024 * 1024 }),
+    // A JSON body without Content-Length, as vendors that compress or stream their bodies send it.
+    ("chunked", Key::Chunked, Kind::Flag),
     ("empty", Key::Empty, Kind::Flag),
     // Capped so a typo cannot make the server allocate gigabytes of text.
     ("words", Key::Words, Kind::Number { min: 0, max: 100_000 }),
     ("cached", Key::Cached, ANY),
     ("cache_write", Key::CacheWrite, ANY),
     ("reasoning", Key::Reasoning, ANY),
+    // Answers gzip-encoded when the request's Accept-Encoding allows it, as real vendors do.
+    ("gzip", Key::Gzip, Kind::Flag),
 ];
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -196,6 +196,9 @@ pub struct Timing {
     pub cut_after: Option<u64>,
     pub stall_after: Option<u64>,
     pub error_after: Option<u64>,
+    pub ping_ms: Option<u64>,
+    /// A JSON body goes out chunked (64 KiB chunks), without `Content-Length`.
+    pub chunked: bool,
 }
 
 #[derive(Debug)]
@@ -210,6 +213,8 @@ pub struct Response {
     pub headers: Vec<(String, String)>,
     pub body: Body,
     pub timing: Timing,
+    /// Send the body gzip-encoded (`content-encoding: gzip`), as vendors do when the client accepts it.
+    pub gzip: bool,
 }
 
 impl Response {
@@ -222,11 +227,12 @@ impl Response {
     }
 
     pub fn sse(sse: Sse) -> Response {
-        Response { status: 200, headers: Vec::new(), body: Body::Sse(sse), timing: Timing::default() }
+        Response { status: 200, headers: Vec::new(), body: Body::Sse(sse), timing: Timing::default(), gzip: false }
     }
 
     fn full(status: u16, content_type: &'static str, bytes: Vec<u8>) -> Response {
-        Response { status, headers: Vec::new(), body: Body::Full { content_type, bytes }, timing: Timing::default() }
+        let body = Body::Full { content_type, bytes };
+        Response { status, headers: Vec::new(), body, timing: Timing::default(), gzip: false }
     }
 
     pub fn with_header(mut self, name: &str, value: impl ToString) -> Response {
@@ -250,6 +256,9 @@ pub fn head(resp: &Response, content_type: &str, length: Option<usize>, keep_ali
     match length {
         Some(n) => out.push_str(&format!("content-length: {n}\r\n")),
         None => out.push_str("transfer-encoding: chunked\r\ncache-control: no-cache\r\n"),
+    }
+    if resp.gzip {
+        out.push_str("content-encoding: gzip\r\n");
     }
     for (name, value) in &resp.headers {
         out.push_str(&format!("{name}: {value}\r\n"));

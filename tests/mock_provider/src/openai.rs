@@ -167,7 +167,11 @@ pub fn chat(call: &Call, f: &Faults) -> Response {
     if call.bool_field("stream") {
         let include_usage =
             call.body.pointer("/stream_options/include_usage").and_then(Value::as_bool).unwrap_or(false);
-        return Response::sse(Sse { events: chunks(&plan, include_usage), error_event: stream_error_event() });
+        return Response::sse(Sse {
+            events: chunks(&plan, include_usage),
+            error_event: stream_error_event(),
+            ping_event: SseEvent::raw(": ping\n\n"),
+        });
     }
     Response::json(200, &completion(&plan))
 }

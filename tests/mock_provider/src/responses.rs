@@ -53,7 +53,11 @@ pub fn create(call: &Call, f: &Faults) -> Response {
     }
     let plan = plan(call, f);
     if call.bool_field("stream") {
-        return Response::sse(Sse { events: events(&plan), error_event: stream_error_event() });
+        return Response::sse(Sse {
+            events: events(&plan),
+            error_event: stream_error_event(),
+            ping_event: SseEvent::raw(": ping\n\n"),
+        });
     }
     Response::json(200, &response(&plan, if plan.incomplete() { "incomplete" } else { "completed" }, true))
 }

@@ -60,6 +60,22 @@ fn send(w: &mut TcpStream, resp: Response, keep_alive: bool) -> std::io::Result<
     sse::pause(t.delay_first_ms);
     match &resp.body {
         Body::Full { content_type, bytes } => {
+            let encoded;
+            let bytes = if resp.gzip {
+                encoded = sse::gzip(bytes)?;
+                &encoded
+            } else {
+                bytes
+            };
+            if t.chunked {
+                w.write_all(&http::head(&resp, content_type, None, keep_alive))?;
+                for piece in bytes.chunks(64 * 1024) {
+                    sse::pause(t.delay_ms);
+                    sse::write_chunk(w, piece)?;
+                }
+                w.write_all(b"0\r\n\r\n")?;
+                return Ok(Outcome::KeepOpen);
+            }
             let mut out = http::head(&resp, content_type, Some(bytes.len()), keep_alive);
             if t.delay_ms > 0 {
                 w.write_all(&out)?;
@@ -73,7 +89,7 @@ fn send(w: &mut TcpStream, resp: Response, keep_alive: bool) -> std::io::Result<
         }
         Body::Sse(events) => {
             w.write_all(&http::head(&resp, "text/event-stream", None, keep_alive))?;
-            sse::stream(w, events, &t)
+            sse::stream(w, events, &t, resp.gzip)
         }
     }
 }

@@ -49,7 +49,7 @@ pub fn respond(api: Api, call: &Call, endpoint: impl FnOnce(&Call, &Faults) -> R
         Err(e) => invalid(api, call, &format!("mock-provider: bad fault spec: {e}")),
         Ok(faults) => {
             let resp = run(api, call, &faults, endpoint);
-            shape(api, resp, &faults)
+            shape(api, call, resp, &faults)
         }
     };
     let id_header = match api {
@@ -111,8 +111,32 @@ pub fn invalid(api: Api, call: &Call, message: &str) -> Response {
     }
 }
 
+/// Adds `"x_mock_padding": "aaa…"` (`n` filler bytes) as a JSON object's first member.
+fn pad_json(bytes: &mut Vec<u8>, n: usize) {
+    if bytes.first() != Some(&b'{') || bytes.len() < 2 {
+        return;
+    }
+    let mut padded = Vec::with_capacity(bytes.len() + n + 24);
+    padded.extend_from_slice(b"{\"x_mock_padding\":\"");
+    padded.resize(padded.len() + n, b'a');
+    padded.extend_from_slice(if bytes[1] == b'}' { b"\"" } else { b"\"," });
+    padded.extend_from_slice(&bytes[1..]);
+    *bytes = padded;
+}
+
+/// The escape of a lone high surrogate after the reply's first word ("Hello"), once.
+fn with_lone_surrogate(text: &str) -> String {
+    text.replacen("Hello", "Hello\\ud800", 1)
+}
+
+fn accepts_gzip(req: &Request) -> bool {
+    req.header("accept-encoding").is_some_and(|v| {
+        v.split(',').any(|c| c.split(';').next().is_some_and(|name| name.trim().eq_ignore_ascii_case("gzip")))
+    })
+}
+
 /// Applies body faults to successes, rate-limit/retry headers and timing.
-fn shape(api: Api, mut resp: Response, faults: &Faults) -> Response {
+fn shape(api: Api, call: &Call, mut resp: Response, faults: &Faults) -> Response {
     if resp.status == 200 {
         if faults.has(Key::Empty) {
             let content_type = match &resp.body {
@@ -126,6 +150,18 @@ fn shape(api: Api, mut resp: Response, faults: &Faults) -> Response {
                 Body::Sse(sse) => sse.corrupt(),
             }
         }
+        if faults.has(Key::LoneSurrogate) && !faults.has(Key::Empty) && !faults.has(Key::Malformed) {
+            match &mut resp.body {
+                Body::Full { bytes, .. } => *bytes = with_lone_surrogate(&String::from_utf8_lossy(bytes)).into_bytes(),
+                Body::Sse(sse) => sse.first_content(with_lone_surrogate),
+            }
+        }
+        if let Some(n) = faults.get(Key::PadBytes) {
+            match &mut resp.body {
+                Body::Full { bytes, .. } => pad_json(bytes, n as usize),
+                Body::Sse(sse) => sse.pad_after_first_content(n as usize),
+            }
+        }
     }
     if let Some(rl) = RateLimit::for_response(faults, resp.status) {
         let headers = match api {
@@ -137,12 +173,15 @@ fn shape(api: Api, mut resp: Response, faults: &Faults) -> Response {
     if let Some(secs) = ratelimit::retry_after_secs(faults, resp.status) {
         resp.headers.push(("retry-after".into(), secs.to_string()));
     }
+    resp.gzip = faults.has(Key::Gzip) && accepts_gzip(call.req);
     resp.timing = Timing {
         delay_first_ms: faults.get(Key::DelayFirstMs).unwrap_or(0),
         delay_ms: faults.get(Key::DelayMs).unwrap_or(0),
         cut_after: faults.get(Key::CutAfter),
         stall_after: faults.get(Key::StallAfter),
         error_after: faults.get(Key::ErrorAfter),
+        ping_ms: faults.get(Key::PingMs),
+        chunked: faults.has(Key::Chunked),
     };
     resp
 }
@@ -167,6 +206,19 @@ mod tests {
 
     fn header<'r>(resp: &'r Response, name: &str) -> Option<&'r str> {
         resp.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+
+    #[test]
+    fn gzip_only_when_the_request_accepts_it() {
+        for (accept, expected) in
+            [(Some("gzip, deflate, br"), true), (Some("br;q=1, GZIP;q=0.5"), true), (Some("br"), false), (None, false)]
+        {
+            let mut headers = vec![("authorization", "Bearer k")];
+            headers.extend(accept.map(|a| ("accept-encoding", a)));
+            let req = request(&headers);
+            let call = Call::new(&req, json!({"model": "gpt+gzip"}), 1, None);
+            assert_eq!(respond(Api::OpenAi, &call, ok).gzip, expected, "{accept:?}");
+        }
     }
 
     #[test]
@@ -217,6 +269,29 @@ mod tests {
         assert!(resp.body_json().is_none());
         assert_eq!(resp.timing.delay_ms, 5);
         assert_eq!(resp.timing.cut_after, Some(1));
+    }
+
+    #[test]
+    fn lone_surrogate_follows_the_first_word_once() {
+        let req = request(&[("authorization", "Bearer k")]);
+        let hello = |_: &Call, _: &Faults| Response::json(200, &json!({"text": "Hello from m. Hello again"}));
+        let call = Call::new(&req, json!({"model": "gpt+lone_surrogate"}), 1, None);
+        match respond(Api::OpenAi, &call, hello).body {
+            Body::Full { bytes, .. } => {
+                assert_eq!(String::from_utf8(bytes).unwrap(), r#"{"text":"Hello\ud800 from m. Hello again"}"#)
+            }
+            Body::Sse(_) => panic!("expected full body"),
+        }
+    }
+
+    #[test]
+    fn pad_bytes_weighs_json_and_streams_down() {
+        let mut body = br#"{"a":1}"#.to_vec();
+        pad_json(&mut body, 5);
+        assert_eq!(body, br#"{"x_mock_padding":"aaaaa","a":1}"#);
+        let mut empty = b"{}".to_vec();
+        pad_json(&mut empty, 2);
+        assert_eq!(serde_json::from_slice::<Value>(&empty).unwrap(), json!({"x_mock_padding": "aa"}));
     }
 
     #[test]

@@ -9,7 +9,12 @@ fn limits(rpm: u64) -> Limits {
     Limits {
         rpm: Some(rpm),
         tpm: Some(1_000_000),
-        breaker: BreakerConfig { trip: Trip::Consecutive { failures: 3 }, open_ms: 10_000, ramp: vec![] },
+        breaker: BreakerConfig {
+            trip: Trip::Consecutive { failures: 3 },
+            open_ms: 10_000,
+            ramp: vec![],
+            enabled: true,
+        },
         ..Limits::default()
     }
 }

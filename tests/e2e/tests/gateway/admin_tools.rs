@@ -46,3 +46,24 @@ fn keys_created_with_the_cli_work_and_revoked_ones_are_refused_within_the_cache_
         std::thread::sleep(Duration::from_millis(250));
     }
 }
+
+#[test]
+fn routes_validate_warns_about_credentials_nobody_bound() {
+    let root = e2e::root();
+    let dir = root.join("target/e2e").join(std::process::id().to_string()).join("unbound");
+    std::fs::create_dir_all(&dir).unwrap();
+    let deployment = |credential: &str| json!({"provider": "openai", "base_url": "https://api.openai.com/v1", "model": "m", "credential": credential});
+    let table = json!({"version": 1, "deployments": {"bound": deployment("MOCK_OPENAI_KEY"), "lost": deployment("NOT_BOUND_KEY")},
+                       "models": {"chat": {"chain": ["bound", "lost"]}}});
+    let (routes, vars) = (dir.join("routes.json"), dir.join("dev.vars"));
+    std::fs::write(&routes, table.to_string()).unwrap();
+    std::fs::write(&vars, "# local\nMOCK_OPENAI_KEY=sk-local\n").unwrap();
+    let out = Command::new(root.join("target/debug/gatewayctl"))
+        .args(["routes", "validate", routes.to_str().unwrap(), "--dev-vars", vars.to_str().unwrap()])
+        .output()
+        .expect("run gatewayctl");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "a warning, not a refusal: {stderr}");
+    assert!(stderr.contains("deployment 'lost' names credential 'NOT_BOUND_KEY'"), "{stderr}");
+    assert!(!stderr.contains("'bound'"), "{stderr}");
+}

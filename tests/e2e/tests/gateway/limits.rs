@@ -1,6 +1,6 @@
 //! The per-deployment limiter under real concurrency: exact RPM/TPM, breaker, vendor 429 pauses.
 
-use e2e::client::{post, post_with, request};
+use e2e::client::{post, post_with};
 use e2e::{stack, KEY};
 use serde_json::json;
 use std::time::{Duration, Instant};
@@ -115,7 +115,7 @@ fn vendor_retry_after_is_a_floor_for_the_retry() {
 
 /// The limiter object's own report for a deployment (`GET /admin/status`).
 fn limiter_status(deployment: &str) -> serde_json::Value {
-    let reply = request("GET", &stack().url("/admin/status"), Some("dev-admin-token"), None);
+    let reply = stack().admin_status("dev-admin-token");
     assert_eq!(reply.status, 200, "{}", reply.body);
     reply.json()["deployments"][deployment]["limiter"].clone()
 }

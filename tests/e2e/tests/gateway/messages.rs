@@ -312,6 +312,26 @@ fn usage_events_match_the_vendor_usage_exactly_with_cache_tokens() {
     assert_eq!(cut_event["status"], 502, "{cut_event}");
     assert_eq!(cut_event["error_code"], "upstream_stream_interrupted", "{cut_event}");
     assert_eq!(cut_event["input_tokens"], vendor_usage(&cut)["input_tokens"], "{cut_event}");
+    // Cut before message_delta: the output is estimated from the text that reached the client,
+    // never message_start's placeholder of 1, and the event says it is an estimate.
+    let delivered: usize = cut
+        .body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter(|v| v["type"] == "content_block_delta")
+        .map(|v| {
+            ["text", "partial_json", "thinking"]
+                .iter()
+                .find_map(|k| v["delta"][*k].as_str())
+                .unwrap_or("")
+                .chars()
+                .count()
+        })
+        .sum();
+    assert!(delivered > 4, "the mock cut after three words: {}", cut.body);
+    assert_eq!(cut_event["output_tokens"].as_u64(), Some(delivered.div_ceil(4) as u64), "{cut_event}");
+    assert_eq!(cut_event["estimated"], true, "{cut_event}");
     assert_eq!(cut_event["ingress"], "messages", "{cut_event}");
     ids.pop();
     for (reply, id) in replies.iter().zip(&ids) {
@@ -465,4 +485,155 @@ fn one_agent_session_keeps_its_deployment_for_prompt_cache_hits() {
     // Without a session, traffic splits by weight.
     let spread: std::collections::BTreeSet<String> = (0..24).map(|i| deployment_of(&[], None, i)).collect();
     assert_eq!(spread.len(), 2, "{spread:?}");
+}
+
+/// POSTs with Claude Code's `Accept-Encoding` and returns the status, the content-encoding and the
+/// body decoded as a client that asked for gzip would decode it.
+fn post_accepting_gzip(path: &str, auth: (&str, &str), body: &str) -> (u16, Option<String>, String, String) {
+    let s = stack();
+    let resp = match ureq::post(&s.url(path))
+        .timeout(Duration::from_secs(60))
+        .set("content-type", "application/json")
+        .set(auth.0, auth.1)
+        .set("anthropic-version", "2023-06-01")
+        .set("accept-encoding", "gzip, deflate, br, zstd")
+        .send_string(body)
+    {
+        Ok(r) | Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("POST {path}: {e}"),
+    };
+    let status = resp.status();
+    let encoding = resp.header("content-encoding").map(str::to_string);
+    let request_id = resp.header("x-request-id").unwrap_or("").to_string();
+    let mut raw = Vec::new();
+    resp.into_reader().read_to_end(&mut raw).expect("read body");
+    let text = match encoding.as_deref() {
+        None | Some("identity") => String::from_utf8(raw).expect("utf-8 body"),
+        Some("gzip") => {
+            let mut out = String::new();
+            flate2::read::GzDecoder::new(&raw[..]).read_to_string(&mut out).expect("client decodes the gzip body");
+            out
+        }
+        Some(other) => panic!("content-encoding {other}: not what this client can decode here"),
+    };
+    (status, encoding, text, request_id)
+}
+
+/// A vendor that gzips its answers (as real ones do): the client still gets a body it can decode,
+/// whatever it accepts, and the gateway still reads the usage (JSON and SSE, both doors).
+#[test]
+fn a_compressing_vendor_answers_decodably_and_its_usage_is_still_read() {
+    let s = stack();
+    let messages = |stream: bool| {
+        json!({"model": "claude-gzip-test", "max_tokens": 64, "stream": stream,
+               "metadata": {"user_id": "user-gzip-e2e"},
+               "messages": [{"role": "user", "content": format!("compressed, stream={stream}")}]})
+        .to_string()
+    };
+    let chat = |stream: bool| {
+        json!({"model": "gzip-chat", "stream": stream, "stream_options": {"include_usage": stream},
+               "messages": [{"role": "user", "content": "compressed chat"}]})
+        .to_string()
+    };
+    let bearer = format!("Bearer {KEY}");
+    let cases = [
+        ("/v1/messages", ("x-api-key", KEY_MESSAGES), messages(false)),
+        ("/v1/messages?beta=true", ("x-api-key", KEY_MESSAGES), messages(true)),
+        ("/v1/chat/completions", ("authorization", bearer.as_str()), chat(false)),
+        ("/v1/chat/completions", ("authorization", bearer.as_str()), chat(true)),
+    ];
+    let mut message_ids = Vec::new();
+    for (path, auth, body) in &cases {
+        let (status, encoding, text, id) = post_accepting_gzip(path, *auth, body);
+        assert_eq!(status, 200, "{path}: {text}");
+        let reply = Reply { status, headers: vec![("x-request-id".into(), id.clone())], body: text.clone() };
+        // The vendor did compress: the gateway's fetch offered gzip and the mock answered with it.
+        let upstream = s.upstream_last(&reply);
+        let offered = upstream["headers"]["accept-encoding"].as_str().unwrap_or("");
+        assert!(
+            offered.contains("gzip"),
+            "{path}: upstream accept-encoding {offered:?} (encoding to client {encoding:?})"
+        );
+        assert!(text.contains("Hello"), "{path}: {text}");
+        if path.starts_with("/v1/messages") {
+            let usage = vendor_usage(&reply);
+            assert_eq!(usage["output_tokens"], 8, "{path}: {text}");
+            message_ids.push((id, usage));
+        } else if body.contains("\"stream\":true") {
+            assert!(text.contains("\"completion_tokens\":8"), "{path}: {text}");
+        } else {
+            assert_eq!(reply.json()["usage"]["completion_tokens"], 8, "{path}: {text}");
+        }
+    }
+    let ids: Vec<String> = message_ids.iter().map(|(id, _)| id.clone()).collect();
+    let events = exported_events(s, &ids);
+    assert_eq!(events.len(), ids.len(), "events found: {events:?}");
+    for (id, usage) in &message_ids {
+        let e = events.iter().find(|e| e["event_id"] == id.as_str()).unwrap();
+        assert_eq!(e["output_tokens"], usage["output_tokens"], "{e}");
+        assert_eq!(e["input_tokens"], usage["input_tokens"], "{e}");
+        assert_eq!(e["estimated"], false, "{e}");
+        assert_eq!(e["end_user"], "user-gzip-e2e", "metadata.user_id is the end user: {e}");
+    }
+}
+
+/// The text of a Messages answer, JSON or SSE (every `text_delta` joined).
+fn answer_text(r: &Reply) -> String {
+    if !r.body.starts_with("event:") {
+        return r.json()["content"].as_array().unwrap().iter().filter_map(|b| b["text"].as_str()).collect();
+    }
+    let mut text = String::new();
+    for data in r.body.lines().filter_map(|l| l.strip_prefix("data: ")) {
+        let v: Value = serde_json::from_str(data).unwrap();
+        if v["delta"]["type"] == "text_delta" {
+            text.push_str(v["delta"]["text"].as_str().unwrap());
+        }
+    }
+    text
+}
+
+/// The exact cache at the Messages door, to both kinds of deployment: a repeat is served without
+/// an upstream call, as JSON or replayed as Anthropic's event sequence; a streamed answer is kept
+/// too; a different `anthropic-beta` is a different entry.
+#[test]
+fn the_exact_cache_serves_messages_repeats_as_json_and_as_streams() {
+    let s = stack();
+    let unique = format!("{}-{:?}", std::process::id(), Instant::now());
+    for (model, door) in [("claude-cached-test", "anthropic"), ("gpt-cached-test", "openai-format")] {
+        let body = |stream: bool, q: &str| {
+            json!({"model": model, "max_tokens": 64, "temperature": 0, "stream": stream,
+                   "metadata": {"user_id": "ignored-by-the-key"},
+                   "messages": [{"role": "user", "content": format!("{q} {unique}")}]})
+            .to_string()
+        };
+        let first = post_raw("/v1/messages", KEY, &body(false, "cache me"), &[]);
+        assert_eq!(first.status, 200, "{door}: {}", first.body);
+        assert_eq!(first.header("x-gateway-cache"), Some("miss"), "{door}");
+        std::thread::sleep(Duration::from_millis(300));
+        let hit = post_raw("/v1/messages", KEY, &body(false, "cache me"), &[]);
+        assert_eq!(hit.header("x-gateway-cache"), Some("hit"), "{door}: {}", hit.body);
+        assert_eq!(hit.body, first.body, "{door}");
+        assert!(s.upstream_calls(&hit).is_empty(), "{door}: a hit makes no upstream call");
+        let replay = post_raw("/v1/messages?beta=true", KEY, &body(true, "cache me"), &[]);
+        assert_eq!(replay.header("x-gateway-cache"), Some("hit"), "{door}: {}", replay.body);
+        assert!(replay.header("content-type").is_some_and(|c| c.starts_with("text/event-stream")));
+        let names: Vec<&str> = replay.body.lines().filter_map(|l| l.strip_prefix("event: ")).collect();
+        assert_eq!(names.first(), Some(&"message_start"), "{door}: {}", replay.body);
+        assert_eq!(names.last(), Some(&"message_stop"), "{door}: {}", replay.body);
+        assert_eq!(answer_text(&replay), answer_text(&first), "{door}");
+        assert_eq!(vendor_usage(&replay)["output_tokens"], first.json()["usage"]["output_tokens"], "{door}");
+        // A streamed answer is kept and serves a later JSON request.
+        let streamed = post_raw("/v1/messages", KEY, &body(true, "stream then cache"), &[]);
+        assert_eq!(streamed.header("x-gateway-cache"), Some("miss"), "{door}: {}", streamed.body);
+        std::thread::sleep(Duration::from_millis(300));
+        let later = post_raw("/v1/messages", KEY, &body(false, "stream then cache"), &[]);
+        assert_eq!(later.header("x-gateway-cache"), Some("hit"), "{door}: {}", later.body);
+        assert_eq!(later.json()["type"], "message");
+        assert_eq!(answer_text(&later), answer_text(&streamed), "{door}");
+        // Betas can change the answer: another `anthropic-beta` is another entry.
+        let beta =
+            post_raw("/v1/messages", KEY, &body(false, "cache me"), &[("anthropic-beta", "context-1m-2025-08-07")]);
+        assert_eq!(beta.header("x-gateway-cache"), Some("miss"), "{door}: {}", beta.body);
+        assert_eq!(s.upstream_calls(&beta).len(), 1, "{door}");
+    }
 }

@@ -1,6 +1,6 @@
 //! Selection and fallback: timeouts, capability gate, retries, and a broken route table.
 
-use e2e::client::{post, post_with, request};
+use e2e::client::{post, post_with};
 use e2e::{stack, KEY};
 use serde_json::json;
 use std::time::{Duration, Instant};
@@ -80,7 +80,7 @@ fn a_broken_route_table_leaves_the_gateway_serving_the_old_one() {
     s.put_config("routes", "{\"version\": 1, \"deployments\": {");
     std::thread::sleep(Duration::from_millis(1500));
     let r = post(&s.url("/v1/chat/completions"), KEY, &hello("gpt-4o-mini"));
-    let status = request("GET", &s.url("/admin/status"), Some("dev-admin-token"), None);
+    let status = s.admin_status("dev-admin-token");
     s.put_config("routes", &good);
     assert_eq!(r.status, 200, "still serving: {}", r.body);
     assert_eq!(status.status, 200, "{}", status.body);
@@ -92,9 +92,9 @@ fn a_broken_route_table_leaves_the_gateway_serving_the_old_one() {
 #[test]
 fn admin_status_needs_the_admin_token_and_shows_limiter_state() {
     let s = stack();
-    assert_eq!(request("GET", &s.url("/admin/status"), Some(KEY), None).error(403)["code"], "invalid_admin_token");
+    assert_eq!(s.admin_status(KEY).error(403)["code"], "invalid_admin_token");
     post(&s.url("/v1/chat/completions"), KEY, &hello("vendor-429"));
-    let v = request("GET", &s.url("/admin/status"), Some("dev-admin-token"), None).json();
+    let v = s.admin_status("dev-admin-token").json();
     let limiter = &v["deployments"]["oa-429"]["limiter"];
     assert!(limiter["breaker"].is_object(), "{v}");
     assert!(limiter["buckets"].is_object(), "{v}");

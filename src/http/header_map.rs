@@ -1,0 +1,92 @@
+//! A request's or response's headers read in one call into the runtime: every `Headers.get`
+//! from wasm is a crossing into JS (two with worker's `req.headers()`), and a request reads a dozen.
+
+use worker::wasm_bindgen::prelude::wasm_bindgen;
+use worker::web_sys;
+
+#[wasm_bindgen(inline_js = "
+export function headers_text(h) { let s = ''; for (const [k, v] of h) { s += k + '\\n' + v + '\\n'; } return s; }
+export function set_text(h, t) { const p = t.split('\\n'); for (let i = 0; i + 1 < p.length; i += 2) h.set(p[i], p[i + 1]); }
+")]
+extern "C" {
+    /// Every header as `name\nvalue\n` pairs (names lower-case, as the runtime keeps them).
+    fn headers_text(headers: &web_sys::Headers) -> String;
+    /// Sets `name\nvalue\n` pairs in order (a later one wins); throws a `TypeError` on an invalid one.
+    #[wasm_bindgen(catch)]
+    fn set_text(headers: &web_sys::Headers, text: &str) -> Result<(), worker::wasm_bindgen::JsValue>;
+}
+
+/// Headers to send, collected in wasm and handed to the runtime in one call.
+#[derive(Debug, Default)]
+pub struct HeaderText(String);
+
+impl HeaderText {
+    /// Adds one header; a name or value holding a newline is refused here (the runtime would too).
+    pub fn add(&mut self, name: &str, value: &str) -> Result<(), String> {
+        if name.contains('\n') || value.contains('\n') {
+            return Err(format!("invalid header {name}: line break"));
+        }
+        self.0.push_str(name);
+        self.0.push('\n');
+        self.0.push_str(value);
+        self.0.push('\n');
+        Ok(())
+    }
+
+    /// Sets every collected header on `headers`, in order.
+    pub fn apply(&self, headers: &web_sys::Headers) -> Result<(), String> {
+        if self.0.is_empty() {
+            return Ok(());
+        }
+        set_text(headers, &self.0).map_err(|e| worker::Error::from(e).to_string())
+    }
+}
+
+/// Header names and values, looked up without calling back into JS.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HeaderMap {
+    pairs: Vec<(String, String)>,
+}
+
+impl HeaderMap {
+    pub fn of(headers: &web_sys::Headers) -> HeaderMap {
+        HeaderMap::parse(&headers_text(headers))
+    }
+
+    /// Parses `name\nvalue\n` pairs; header values never contain a newline (the runtime rejects them).
+    pub fn parse(text: &str) -> HeaderMap {
+        let mut lines = text.split('\n');
+        let mut pairs = Vec::new();
+        while let (Some(name), Some(value)) = (lines.next(), lines.next()) {
+            pairs.push((name.to_ascii_lowercase(), value.to_string()));
+        }
+        HeaderMap { pairs }
+    }
+
+    /// The value of `name` (lower-case), as `Headers.get` would return it.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.pairs.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+
+    pub fn get_owned(&self, name: &str) -> Option<String> {
+        self.get(name).map(str::to_string)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_pairs_and_looks_up_by_lower_case_name() {
+        let map = HeaderMap::parse("authorization\nBearer k\ncontent-type\napplication/json\nx-empty\n\n");
+        assert_eq!(map.get("authorization"), Some("Bearer k"));
+        assert_eq!(map.get("content-type"), Some("application/json"));
+        assert_eq!(map.get("x-empty"), Some(""));
+        assert_eq!(map.get("missing"), None);
+        assert_eq!(HeaderMap::parse("X-Mixed\nv\n").get("x-mixed"), Some("v"));
+        assert_eq!(HeaderMap::parse(""), HeaderMap::default());
+        // A trailing name without a value (cannot come from the runtime) is ignored.
+        assert_eq!(HeaderMap::parse("a\n1\nb"), HeaderMap::parse("a\n1\n"));
+    }
+}

@@ -1,0 +1,228 @@
+//! The model name spliced into a JSON body without re-encoding anything else: how every door
+//! that speaks its deployment's own format (chat completions to OpenAI, Messages to Anthropic,
+//! Responses to OpenAI) forwards the client's bytes, so key order, unknown fields, thinking
+//! signatures and `cache_control` reach the vendor exactly as the client wrote them.
+
+use crate::http::codes;
+use crate::http::error::ApiError;
+use serde_json::Value;
+
+/// Replaces the value of every top-level `"model"` key with `model`, leaving every other byte as
+/// it was. The body must be a JSON object whose `model` is a string.
+pub fn splice_model(body: &[u8], model: &str) -> Result<Vec<u8>, ApiError> {
+    let spans = model_spans(body).ok_or_else(|| {
+        ApiError::invalid_request(codes::INVALID_JSON, "The request body is not a valid JSON object.")
+    })?;
+    if spans.is_empty() {
+        return Err(
+            ApiError::invalid_request(codes::MISSING_REQUIRED_PARAMETER, "model: Field required").with_param("model")
+        );
+    }
+    let replacement = Value::from(model).to_string();
+    let mut out = Vec::with_capacity(body.len() + replacement.len());
+    let mut from = 0;
+    for (start, end) in spans {
+        if body.get(start) != Some(&b'"') {
+            return Err(ApiError::invalid_request(codes::INVALID_TYPE, "model: Input should be a valid string")
+                .with_param("model"));
+        }
+        out.extend_from_slice(&body[from..start]);
+        out.extend_from_slice(replacement.as_bytes());
+        from = end;
+    }
+    out.extend_from_slice(&body[from..]);
+    Ok(out)
+}
+
+/// The byte spans of the values of the top-level `model` keys; `None` if the body is not one
+/// well-formed JSON object.
+fn model_spans(body: &[u8]) -> Option<Vec<(usize, usize)>> {
+    let mut scan = Scanner { bytes: body, pos: 0 };
+    let mut spans = Vec::new();
+    scan.ws();
+    scan.expect(OBJECT_OPEN)?;
+    scan.ws();
+    if scan.peek() == Some(OBJECT_CLOSE) {
+        scan.pos += 1;
+    } else {
+        loop {
+            scan.ws();
+            let key_start = scan.pos;
+            scan.string()?;
+            let key: String = serde_json::from_slice(&body[key_start..scan.pos]).ok()?;
+            scan.ws();
+            scan.expect(b':')?;
+            scan.ws();
+            let value_start = scan.pos;
+            scan.value(0)?;
+            if key == "model" {
+                spans.push((value_start, scan.pos));
+            }
+            scan.ws();
+            match scan.next()? {
+                b',' => continue,
+                OBJECT_CLOSE => break,
+                _ => return None,
+            }
+        }
+    }
+    scan.ws();
+    (scan.pos == body.len()).then_some(spans)
+}
+
+/// Just enough of a JSON reader to find where values end; strings are checked for their quotes
+/// and escapes only (serde has validated nothing here, so nothing is trusted).
+struct Scanner<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+const MAX_DEPTH: usize = 512;
+// Named, so brace-counting tools (and readers) are not thrown by bracket literals.
+const OBJECT_OPEN: u8 = 0x7b;
+const OBJECT_CLOSE: u8 = 0x7d;
+const ARRAY_OPEN: u8 = 0x5b;
+const ARRAY_CLOSE: u8 = 0x5d;
+
+impl Scanner<'_> {
+    fn peek(&self) -> Option<u8> {
+        self.bytes.get(self.pos).copied()
+    }
+
+    fn next(&mut self) -> Option<u8> {
+        let b = self.peek()?;
+        self.pos += 1;
+        Some(b)
+    }
+
+    fn expect(&mut self, b: u8) -> Option<()> {
+        (self.next()? == b).then_some(())
+    }
+
+    fn ws(&mut self) {
+        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+            self.pos += 1;
+        }
+    }
+
+    fn string(&mut self) -> Option<()> {
+        self.expect(b'"')?;
+        loop {
+            match self.next()? {
+                b'"' => return Some(()),
+                b'\\' => {
+                    self.next()?;
+                }
+                c if c < 0x20 => return None,
+                _ => {}
+            }
+        }
+    }
+
+    fn value(&mut self, depth: usize) -> Option<()> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        match self.peek()? {
+            b'"' => self.string(),
+            open @ (OBJECT_OPEN | ARRAY_OPEN) => {
+                let close = if open == OBJECT_OPEN { OBJECT_CLOSE } else { ARRAY_CLOSE };
+                self.pos += 1;
+                self.ws();
+                if self.peek() == Some(close) {
+                    self.pos += 1;
+                    return Some(());
+                }
+                loop {
+                    self.ws();
+                    if open == OBJECT_OPEN {
+                        self.string()?;
+                        self.ws();
+                        self.expect(b':')?;
+                        self.ws();
+                    }
+                    self.value(depth + 1)?;
+                    self.ws();
+                    match self.next()? {
+                        b',' => continue,
+                        c if c == close => return Some(()),
+                        _ => return None,
+                    }
+                }
+            }
+            _ => {
+                let start = self.pos;
+                while matches!(self.peek(), Some(b'-' | b'+' | b'.' | b'0'..=b'9' | b'a'..=b'z' | b'E')) {
+                    self.pos += 1;
+                }
+                (self.pos > start).then_some(())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splice_changes_only_the_model_value() {
+        let body = br#"{ "model" : "claude-sonnet-4-5",
+  "messages":[{"role":"user","content":[{"type":"text","text":"model \"x\"","cache_control":{"type":"ephemeral","ttl":"1h"}}]}],
+  "metadata":{"model":"keep"},"zzz_unknown":[1,2.5e3,true,null,{"model":"nested"}],"max_tokens":32000}"#;
+        let out = splice_model(body, "claude-sonnet-4-5-20250929").unwrap();
+        let expected = String::from_utf8(body.to_vec()).unwrap().replacen(
+            "\"claude-sonnet-4-5\"",
+            "\"claude-sonnet-4-5-20250929\"",
+            1,
+        );
+        assert_eq!(String::from_utf8(out).unwrap(), expected);
+    }
+
+    #[test]
+    fn splice_escapes_and_handles_unicode() {
+        let body = "{\"messages\":[],\"model\":\"m\",\"system\":\"héllo ☃ \\u00e9\"}".as_bytes();
+        let out = splice_model(body, "a\"b").unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "{\"messages\":[],\"model\":\"a\\\"b\",\"system\":\"héllo ☃ \\u00e9\"}"
+        );
+        // An escaped key is still the key `model`.
+        let out = splice_model(br#"{"mod\u0065l":"x"}"#, "y").unwrap();
+        assert_eq!(out, br#"{"mod\u0065l":"y"}"#);
+    }
+
+    #[test]
+    fn splice_refuses_bad_bodies_without_panicking() {
+        for bad in
+            [&b""[..], b"[]", b"{", b"{\"model\":", b"{\"model\":\"x\"", b"{\"model\":\"x\"} extra", b"{\"a\":[1,}"]
+        {
+            assert_eq!(
+                splice_model(bad, "m").unwrap_err().code,
+                codes::INVALID_JSON,
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        assert_eq!(splice_model(br#"{"messages":[]}"#, "m").unwrap_err().param.as_deref(), Some("model"));
+        assert_eq!(splice_model(br#"{"model":5}"#, "m").unwrap_err().code, codes::INVALID_TYPE);
+        let deep = format!("{{\"a\":{}{}}}", "[".repeat(2000), "]".repeat(2000));
+        assert!(splice_model(deep.as_bytes(), "m").is_err());
+    }
+
+    #[test]
+    fn only_the_top_level_model_changes() {
+        let body = "{ \"input\": [{\"model\": \"x\", \"t\": \"a\\\"}b\"}],\n  \"model\" : \"gpt-5\", \"n\": -1.5e3, \"z\": null}";
+        let out = splice_model(body.as_bytes(), "real/\"m\"").unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), body.replace("\"gpt-5\"", "\"real/\\\"m\\\"\""));
+        assert_eq!(splice_model(b"{\"model\":\"a\"}", "\u{e9}").unwrap(), "{\"model\":\"\u{e9}\"}".as_bytes());
+    }
+
+    #[test]
+    fn every_duplicate_is_replaced_so_whichever_the_vendor_keeps_is_ours() {
+        assert_eq!(
+            splice_model(b"{\"model\":\"a\",\"model\":\"b\"}", "m").unwrap(),
+            b"{\"model\":\"m\",\"model\":\"m\"}"
+        );
+    }
+}
