@@ -585,3 +585,71 @@ fn a_grant_that_arrives_after_the_deployment_failed_goes_straight_back() {
     assert!(c.expire(DEP, T0 + 20));
     assert_eq!(returns(&c.take_tally(DEP, T0 + 20)), vec![(ask.id.as_str(), rq(30, 0))]);
 }
+
+// --- sparing the object (lease_policy) ---
+
+#[test]
+fn a_room_refusal_is_repeated_locally_for_a_moment() {
+    let limits = rpm(1_000);
+    let mut c = LeaseLedger::new("iso");
+    assert_eq!(c.held_off(DEP, 1_000, T0), None);
+    c.room_refused(DEP, RejectCode::Rpm, 1_400, 1_000, T0);
+    assert_eq!(c.held_off(DEP, 1_000, T0 + 10), Some((RejectCode::Rpm, 1_390)), "retry when the object said");
+    assert_eq!(c.held_off(DEP, 30_000, T0 + 10), None, "a request that can wait longer still asks");
+    assert_eq!(c.held_off(DEP, 1_000, T0 + 1_000), None, "for a second at most");
+    assert_eq!(c.held_off("other", 1_000, T0 + 10), None, "per deployment");
+    // Asks still go while held: slices carry what the refill brings.
+    assert!(burst(&mut c, &limits, T0 + 20).ask.is_some());
+}
+
+#[test]
+fn only_bucket_refusals_are_repeated() {
+    let mut c = LeaseLedger::new("iso");
+    for code in [RejectCode::Concurrency, RejectCode::FairShare, RejectCode::BreakerOpen] {
+        c.room_refused(DEP, code, 1_000, 1_000, T0);
+        assert_eq!(c.held_off(DEP, 1_000, T0 + 1), None, "{code:?}");
+    }
+    c.room_refused(DEP, RejectCode::Tpm, 300, 1_000, T0);
+    assert_eq!(c.held_off(DEP, 1_000, T0 + 299), Some((RejectCode::Tpm, 1)));
+    assert_eq!(c.held_off(DEP, 1_000, T0 + 300), None);
+}
+
+#[test]
+fn a_failed_call_backs_off_for_a_second() {
+    let mut c = LeaseLedger::new("iso");
+    assert!(!c.backing_off(DEP, T0));
+    c.unreachable(DEP, T0);
+    assert!(c.backing_off(DEP, T0 + 999));
+    assert!(!c.backing_off(DEP, T0 + 1_000));
+    assert!(!c.backing_off("other", T0 + 1));
+}
+
+#[test]
+fn a_busy_isolate_leaves_expired_returns_to_its_next_ask() {
+    let limits = rpm(1_000);
+    let (mut c, first) = holding(&limits, 50, 0, T0);
+    c.granted(DEP, "second", &limits, &grant(100, 0), T0 + 1_000).unwrap();
+    // Ten a second: the first slice is not drained before it expires.
+    for t in (T0..T0 + 2_800).step_by(100) {
+        assert!(c.admit(DEP, &limits, need(1), t).local.is_some());
+    }
+    assert!(!c.expire(DEP, T0 + 2_800), "a slice is left and the isolate is busy: the next ask carries it");
+    assert_eq!(returns(&c.take_tally(DEP, T0 + 2_800)), vec![(first.as_str(), rq(50 - 28, 0))]);
+    // Quiet: the last slice's expiry sends the tally itself.
+    assert!(c.expire(DEP, T0 + 1_000 + LEASE_TTL_MS + 15_000));
+}
+
+#[test]
+fn a_long_round_trip_renews_earlier() {
+    let limits = rpm(100_000);
+    let ask_at = |rtt: u64| {
+        let mut c = LeaseLedger::new("iso");
+        let ask = c.admit(DEP, &limits, need(1), T0).ask.expect("a large limit asks at once");
+        c.granted(DEP, &ask.id, &limits, &grant(60, 0), T0 + rtt).unwrap();
+        // 20 a second from the grant on: the first time an ask goes.
+        (T0 + rtt..T0 + 10_000).step_by(50).find(|&t| c.admit(DEP, &limits, need(1), t).ask.is_some()).unwrap()
+    };
+    let near = ask_at(10);
+    let far = ask_at(400);
+    assert!(far - 400 < near - 10, "far asks sooner after its grant: {} vs {}", far - T0 - 400, near - T0 - 10);
+}
