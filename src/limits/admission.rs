@@ -108,6 +108,9 @@ async fn admit_to(
         }
         return Admit::Admitted(local_admission(env, object, reservation_id, local));
     }
+    if let Some(answer) = spare_the_object(env, ctx, object, limits, max_wait_ms, &ask) {
+        return answer;
+    }
     let stub = match env.durable_object(LIMITER_BINDING).and_then(|ns| client::stub_named(&ns, object)) {
         Ok(stub) => stub,
         Err(e) => {
@@ -145,12 +148,13 @@ async fn admit_to(
             Admit::Admitted(Admission { via, remaining_requests, remaining_tokens })
         }
         Ok(AdmitDecision::Rejected { code, retry_after_ms, .. }) => {
-            let refusal = Refused { code, retry_after_ms, need, reservation_id };
+            let refusal = Refused { code, retry_after_ms, need, max_wait_ms, reservation_id };
             refused(ctx, env, object, limits, ask.as_ref(), refusal)
         }
         Err(e) => {
             leases(|c| {
                 c.restore_tally(object, tally);
+                c.unreachable(object, now_ms());
                 if let Some(ask) = &ask {
                     c.ask_lost(object, &ask.id);
                 }
@@ -161,18 +165,46 @@ async fn admit_to(
     }
 }
 
+/// Answers a request no slice covers without a round trip when the object was just heard
+/// from: it refused one for room moments ago (refused here too), or a call to it failed (fail
+/// open without adding to an overloaded object's queue; an ask, if any, goes in the background
+/// and finds out when it is back). `None`: ask the object.
+fn spare_the_object(
+    env: &Env,
+    ctx: &Context,
+    object: &str,
+    limits: &Limits,
+    max_wait_ms: u64,
+    ask: &Option<LeaseAsk>,
+) -> Option<Admit> {
+    if let Some((code, retry_after_ms)) = leases(|c| c.held_off(object, max_wait_ms, now_ms())) {
+        if let Some(ask) = ask {
+            leases(|c| c.ask_lost(object, &ask.id));
+        }
+        return Some(Admit::Refused { code, retry_after_ms });
+    }
+    if !leases(|c| c.backing_off(object, now_ms())) {
+        return None;
+    }
+    if let Some(ask) = ask {
+        ctx.wait_until(renew(env.clone(), object.to_string(), limits.clone(), ask.clone()));
+    }
+    Some(Admit::Admitted(unlimited()))
+}
+
 /// A refusal from the limiter object, with what the request needed.
 struct Refused {
     code: RejectCode,
     retry_after_ms: u64,
     need: Amounts,
+    max_wait_ms: u64,
     reservation_id: String,
 }
 
 /// A pending lease ask learns of the refusal; a health refusal stops local admits too; a lease
 /// granted while the round trip was in flight may still cover the request.
 fn refused(ctx: &Context, env: &Env, object: &str, limits: &Limits, ask: Option<&LeaseAsk>, r: Refused) -> Admit {
-    let Refused { code, retry_after_ms, need, reservation_id } = r;
+    let Refused { code, retry_after_ms, need, max_wait_ms, reservation_id } = r;
     if let Some(ask) = ask {
         let answer = LeaseDecision::Refused { code, retry_after_ms };
         on_lease_answer(ctx, env, object, limits, &ask.id, answer);
@@ -184,6 +216,7 @@ fn refused(ctx: &Context, env: &Env, object: &str, limits: &Limits, ask: Option<
         if let Some(local) = leases(|c| c.admit_held(object, limits, need, now_ms())) {
             return Admit::Admitted(local_admission(env, object, reservation_id, local));
         }
+        leases(|c| c.room_refused(object, code, retry_after_ms, max_wait_ms, now_ms()));
     }
     Admit::Refused { code, retry_after_ms }
 }
@@ -246,6 +279,7 @@ async fn renew(env: Env, object: String, limits: Limits, ask: LeaseAsk) {
         Err(e) => {
             leases(|c| {
                 c.restore_tally(&object, tally);
+                c.unreachable(&object, now_ms());
                 c.ask_lost(&object, &ask.id);
             });
             log_failed("limiter_lease_failed", &object, &e.to_string());

@@ -8,11 +8,13 @@
 //! - A request is admitted locally when a live slice covers it (1 request and its token
 //!   estimate in every limited bucket); otherwise it goes to the object as before, asking for a
 //!   lease in the same round trip.
-//! - A new lease is asked for ahead of running dry: when the slices will serve less than
-//!   [`RENEW_AHEAD_MS`] more at the current rate (the last second's, or in a burst the last
-//!   tenth's), for what a slice's life needs less what the slices will still serve. One ask in
-//!   flight at a time, and only once the isolate sees more than one request a second (below
-//!   that a lease would serve no one but the request that brought it).
+//! - A new lease is asked for ahead of running dry: when the slices will serve less than the
+//!   renew-ahead time (at least [`RENEW_AHEAD_MS`], more for a long round trip) at the current
+//!   rate (the last second's, or in a burst the last tenth's), for what a slice's life needs
+//!   less what the slices will still serve. One ask in flight at a time, and only for a rate
+//!   worth leasing; how much and when are `lease_policy`'s decisions.
+//! - A refusal for room is repeated locally for a moment, and a failed call backs off (fail
+//!   open without calling): both spare an object at its limit or overloaded.
 //! - Slices are used oldest first and only until [`EXPIRY_MARGIN_MS`] before their TTL ends;
 //!   drained or expired slices are handed back with what they did not use.
 //! - Local settles correct the slice's tokens; successes are counted for the breaker. A failure,
@@ -21,9 +23,11 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use limiter::leases::LEASE_TTL_MS;
+use limiter::leases::{lease_ttl, HOT_LEASE_TTL_MS, LEASE_TTL_MS};
 use limiter::limits::{Amounts, BucketKind, Delta, Limits};
 use limiter::protocol::{LeaseAsk, LeaseGrant, LeaseReturn, Outcome, RejectCode, Tally, TokenUsage, UpstreamSignals};
+
+use crate::limits::lease_policy::{self as policy, Rates};
 
 /// A slice stops admitting this long before its TTL, so its use ends before the object's clock
 /// says so even with the grant's answer in flight.
@@ -41,16 +45,14 @@ pub const MAX_WANT: u64 = 10_000;
 pub const MAX_QUIET_MS: u64 = 5_000;
 
 /// A lease is asked for when the slices will serve less than this much more time at the
-/// current rate: ample for the round trip, short enough that little of the last slice is left.
-pub const RENEW_AHEAD_MS: u64 = 500;
+/// current rate (at least; more when the measured round trip is long, see `lease_policy`).
+pub const RENEW_AHEAD_MS: u64 = policy::MIN_RENEW_AHEAD_MS;
 
 /// More slices than this are never held (each ask adds at most one).
 const MAX_SLICES: usize = 4;
 
 const SECOND_MS: u64 = 1_000;
-
-/// Requests in the last second from which a lease is asked for (this one included).
-const MIN_RATE_TO_LEASE: u64 = 2;
+const TEN_SECONDS_MS: u64 = 10_000;
 
 /// One admission made against a slice; settle gives it back.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -167,6 +169,8 @@ struct Demand {
     second: Counter,
     /// A tenth of a second, so a burst is seen before a whole second has passed.
     tenth: Counter,
+    /// Ten seconds, for the sustained rate.
+    ten: Counter,
     average: Option<Amounts>,
 }
 
@@ -174,6 +178,7 @@ impl Demand {
     fn record(&mut self, need: Amounts, now_ms: u64) {
         self.second.record(SECOND_MS, now_ms);
         self.tenth.record(SECOND_MS / 10, now_ms);
+        self.ten.record(TEN_SECONDS_MS, now_ms);
         // Rounded up, so slices sized from it carry the typical request.
         let blend = |avg: u64, new: u64| (avg.saturating_mul(7).saturating_add(new)).div_ceil(8);
         self.average = Some(match self.average {
@@ -187,10 +192,17 @@ impl Demand {
         });
     }
 
-    /// Leasing pays once a lease serves more than the request that brought it: below this
-    /// many requests in the last second every request goes to the object, as before leases.
-    fn worth_leasing(&self, now_ms: u64) -> bool {
-        self.second.over_last(SECOND_MS, now_ms) >= MIN_RATE_TO_LEASE
+    fn rates(&self, now_ms: u64) -> Rates {
+        Rates {
+            tenth: self.tenth.over_last(SECOND_MS / 10, now_ms),
+            second: self.second.over_last(SECOND_MS, now_ms),
+            ten_seconds: self.ten.over_last(TEN_SECONDS_MS, now_ms),
+        }
+    }
+
+    /// Leasing pays once a lease serves more than the requests that brought it (see `lease_policy`).
+    fn worth_leasing(&self, limits: &Limits, now_ms: u64) -> bool {
+        policy::worth_leasing(self.rates(now_ms), policy::max_slice(limits))
     }
 
     fn per_second(&self, now_ms: u64) -> u64 {
@@ -222,6 +234,22 @@ struct Local {
     void: Option<String>,
     quiet_until_ms: u64,
     demand: Demand,
+    /// This isolate's asks' round trip, blended over the last few.
+    round_trip_ms: Option<u64>,
+    /// The object refused for want of room: like requests are refused here until then.
+    hold: Option<Hold>,
+    /// A call to the object failed: requests fail open without calling it until then.
+    unreachable_until_ms: u64,
+}
+
+/// A refusal for want of room, repeated locally for a short while.
+#[derive(Debug, Clone, Copy)]
+struct Hold {
+    code: RejectCode,
+    /// What the refused request could wait: one that can wait longer still asks the object.
+    max_wait_ms: u64,
+    until_ms: u64,
+    retry_at_ms: u64,
 }
 
 impl Local {
@@ -290,28 +318,47 @@ impl Local {
         })
     }
 
-    /// `free`: the deployment has no buckets, so a lease holds nothing back from anyone and is
-    /// worth asking for from the first request (it only says the breaker is closed).
-    fn wants_more(&self, now_ms: u64, free: bool) -> bool {
+    /// Whether to ask now. A deployment without buckets (`free`: the lease only says the breaker
+    /// is closed) holds nothing back from anyone, so it is worth asking from the first request.
+    fn wants_more(&self, limits: &Limits, now_ms: u64) -> bool {
         let asking = self.asking.as_ref().is_some_and(|(_, since)| now_ms < since.saturating_add(ASK_TIMEOUT_MS));
         if asking || now_ms < self.quiet_until_ms || self.slices.len() >= MAX_SLICES {
             return false;
         }
-        if !free && !self.demand.worth_leasing(now_ms) {
+        let free = !limits.has_buckets();
+        // A hold does not stop asks: at a saturated limit, slices carry what the refill brings.
+        if !free && !self.demand.worth_leasing(limits, now_ms) {
             return false;
         }
-        self.supply(now_ms) <= self.demand.requests_over(RENEW_AHEAD_MS, now_ms)
+        let ahead = policy::renew_ahead_ms(self.round_trip_ms);
+        self.supply(now_ms) <= self.demand.requests_over(ahead, now_ms)
     }
 
-    /// What to ask for: what a slice's usable life needs at the current rate less what the
-    /// slices will still admit, in typical requests with their tokens (so every slice can
-    /// admit on its own). Without buckets, as much as one lease may carry: it takes nothing.
-    fn want(&self, now_ms: u64, free: bool) -> Amounts {
-        if free {
+    /// What to ask for: what a slice's usable life needs at the isolate's rate (see
+    /// `lease_policy::sizing_rate`) less what the slices will still admit, in typical requests
+    /// with their tokens (so every slice can admit on its own), never a fragment of a small limit.
+    /// Without buckets, as much as one lease may carry: it takes nothing.
+    fn want(&self, limits: &Limits, now_ms: u64) -> Amounts {
+        if !limits.has_buckets() {
             return Amounts { requests: MAX_WANT, ..Amounts::default() };
         }
-        let need = self.demand.requests_over(LEASE_TTL_MS - EXPIRY_MARGIN_MS, now_ms).clamp(MIN_WANT, MAX_WANT);
+        let rate = policy::sizing_rate(self.demand.rates(now_ms));
+        let most = policy::max_slice(limits).unwrap_or(MIN_WANT).min(MAX_WANT);
+        let over =
+            |ttl_ms: u64| (rate * (ttl_ms - EXPIRY_MARGIN_MS)).div_ceil(SECOND_MS).clamp(MIN_WANT, MAX_WANT).min(most);
+        // A slice small against every bucket lives longer at the object: then ask for that life.
+        let capacities = BucketKind::ALL.into_iter().filter_map(|k| k.capacity(limits).map(|c| (k, c)));
+        let long = over(HOT_LEASE_TTL_MS);
+        let need =
+            if lease_ttl(self.demand.times(long), capacities) == HOT_LEASE_TTL_MS { long } else { over(LEASE_TTL_MS) };
         self.demand.times(need.saturating_sub(self.supply(now_ms)).max(1))
+    }
+
+    /// An answer to the ask in flight: its round trip is a sample.
+    fn answered(&mut self, id: &str, now_ms: u64) {
+        if let Some((_, since)) = self.asking.take_if(|(asked, _)| asked == id) {
+            self.round_trip_ms = Some(policy::blend_round_trip(self.round_trip_ms, now_ms.saturating_sub(since)));
+        }
     }
 
     fn take_tally(&mut self, now_ms: u64) -> Tally {
@@ -357,12 +404,11 @@ impl LeaseLedger {
             return Decision::default();
         }
         let admitted = local.take(limits, need);
-        let free = !limits.has_buckets();
-        let ask = local.wants_more(now_ms, free).then(|| {
+        let ask = local.wants_more(limits, now_ms).then(|| {
             let id = format!("{}.{}", self.prefix, self.next_id);
             self.next_id += 1;
             local.asking = Some((id.clone(), now_ms));
-            LeaseAsk { id, want: local.want(now_ms, free) }
+            LeaseAsk { id, want: local.want(limits, now_ms) }
         });
         Decision { local: admitted, ask }
     }
@@ -386,9 +432,7 @@ impl LeaseLedger {
         now_ms: u64,
     ) -> Option<u64> {
         let local = self.local(deployment);
-        if local.asking.as_ref().is_some_and(|(asked, _)| asked == id) {
-            local.asking = None;
-        }
+        local.answered(id, now_ms);
         if grant.grant.requests == 0 {
             return None;
         }
@@ -413,9 +457,7 @@ impl LeaseLedger {
     /// deployment must stop admitting locally); returns whether any was.
     pub fn refused(&mut self, deployment: &str, id: &str, code: RejectCode, retry_after_ms: u64, now_ms: u64) -> bool {
         let local = self.local(deployment);
-        if local.asking.as_ref().is_some_and(|(asked, _)| asked == id) {
-            local.asking = None;
-        }
+        local.answered(id, now_ms);
         local.quiet_until_ms = now_ms + retry_after_ms.min(MAX_QUIET_MS);
         code.is_health() && local.retire_all()
     }
@@ -540,12 +582,51 @@ impl LeaseLedger {
         }
     }
 
-    /// Retires slices whose time is up; says whether any lease waits to be handed back (then
-    /// the watcher of an isolate that went quiet sends the tally).
+    /// Retires slices whose time is up; says whether a lease waits to be handed back that no
+    /// ask will carry soon (then the watcher sends the tally: the isolate went quiet).
     pub fn expire(&mut self, deployment: &str, now_ms: u64) -> bool {
         let local = self.local(deployment);
         local.retire(|s| s.expires_ms > now_ms);
-        !local.tally.returns.is_empty()
+        let leasing = local.slices.front().is_some_and(|s| local.demand.worth_leasing(&s.limits, now_ms));
+        let asks_soon = leasing && now_ms >= local.quiet_until_ms;
+        !local.tally.returns.is_empty() && policy::report_at_expiry(local.slices.len(), asks_soon)
+    }
+
+    /// The object refused a request no slice covered for want of room in a bucket: requests
+    /// that can wait no longer are refused here for a short while (the bucket is in line-debt,
+    /// so a smaller one would wait about as long).
+    pub fn room_refused(
+        &mut self,
+        deployment: &str,
+        code: RejectCode,
+        retry_after_ms: u64,
+        max_wait_ms: u64,
+        now_ms: u64,
+    ) {
+        if !BucketKind::ALL.iter().any(|k| k.reject_code() == code) {
+            return;
+        }
+        let until_ms = now_ms + policy::hold_ms(retry_after_ms);
+        let retry_at_ms = now_ms + retry_after_ms;
+        self.local(deployment).hold = Some(Hold { code, max_wait_ms, until_ms, retry_at_ms });
+    }
+
+    /// Whether a request no slice covers is refused here, without a round trip: the object
+    /// refused one moments ago. Returns the code and when to retry.
+    pub fn held_off(&self, deployment: &str, max_wait_ms: u64, now_ms: u64) -> Option<(RejectCode, u64)> {
+        let hold = self.deployments.get(deployment)?.hold?;
+        let held = now_ms < hold.until_ms && max_wait_ms <= hold.max_wait_ms;
+        held.then(|| (hold.code, hold.retry_at_ms.saturating_sub(now_ms).max(1)))
+    }
+
+    /// A call to the object failed (unreachable or overloaded): back off for a while.
+    pub fn unreachable(&mut self, deployment: &str, now_ms: u64) {
+        self.local(deployment).unreachable_until_ms = now_ms + policy::UNREACHABLE_BACKOFF_MS;
+    }
+
+    /// Whether a request no slice covers should fail open without calling the object.
+    pub fn backing_off(&self, deployment: &str, now_ms: u64) -> bool {
+        self.deployments.get(deployment).is_some_and(|l| now_ms < l.unreachable_until_ms)
     }
 
     /// What this isolate holds for `deployment` (tests and diagnostics).

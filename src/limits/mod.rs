@@ -4,4 +4,5 @@
 pub mod admission;
 pub mod budget;
 pub mod lease_ledger;
+pub mod lease_policy;
 pub mod refusal;

@@ -2,7 +2,7 @@
 //! the isolates did locally.
 
 use super::*;
-use crate::leases::{grant_size, room, LEASE_GRACE_MS, LEASE_MEMORY_MS, LEASE_RETRY_MS, LEASE_TTL_MS};
+use crate::leases::{grant_size, lease_ttl, room, LEASE_GRACE_MS, LEASE_MEMORY_MS, LEASE_RETRY_MS, LEASE_TTL_MS};
 use crate::limits::Delta;
 use crate::protocol::{LeaseRequest, LeaseReturn, ReportAck, Tally};
 use crate::reservations::Found;
@@ -32,7 +32,8 @@ impl LimiterState {
     pub(super) fn grant_lease(&mut self, id: &str, want: Amounts, now_ms: u64) -> LeaseDecision {
         if let Some(r) = self.leases.get(id) {
             // A retried ask (lost answer): same slice, nothing taken twice.
-            return self.granted(r.taken, now_ms);
+            let ttl_ms = r.expires_ms.saturating_sub(r.taken_ms + LEASE_GRACE_MS);
+            return self.granted(r.taken, ttl_ms, now_ms);
         }
         let health = self.check_pause(now_ms).and_then(|()| self.breaker.lease_gate(&self.limits.breaker, now_ms));
         if let Err(r) = health {
@@ -59,7 +60,8 @@ impl LimiterState {
         for (&kind, bucket) in self.buckets.iter_mut() {
             bucket.force_take(size.get(kind), now_ms);
         }
-        let expires_ms = now_ms + LEASE_TTL_MS + LEASE_GRACE_MS;
+        let ttl_ms = lease_ttl(size, self.buckets.iter().map(|(&kind, b)| (kind, b.capacity())));
+        let expires_ms = now_ms + ttl_ms + LEASE_GRACE_MS;
         self.leases.insert(
             id,
             Reservation {
@@ -73,12 +75,12 @@ impl LimiterState {
         );
         self.lease_counts.granted += 1;
         self.lease_counts.granted_requests += size.requests;
-        self.granted(size, now_ms)
+        self.granted(size, ttl_ms, now_ms)
     }
 
-    fn granted(&self, grant: Amounts, now_ms: u64) -> LeaseDecision {
+    fn granted(&self, grant: Amounts, ttl_ms: u64, now_ms: u64) -> LeaseDecision {
         let (remaining_requests, remaining_tokens) = self.remaining(now_ms);
-        LeaseDecision::Granted(LeaseGrant { grant, ttl_ms: LEASE_TTL_MS, remaining_requests, remaining_tokens })
+        LeaseDecision::Granted(LeaseGrant { grant, ttl_ms, remaining_requests, remaining_tokens })
     }
 
     /// Local successes first, then returned leases and token corrections, then the vendor's headers.

@@ -331,7 +331,7 @@ impl World {
             let allowed = rpm + rpm * (t - T0) / MINUTE_MS;
             assert!((k as u64) < allowed, "use #{} at +{} ms exceeds {allowed}", k + 1, t - T0);
         }
-        let slack = (rpm * limiter::leases::LEASE_TTL_MS).div_ceil(MINUTE_MS);
+        let slack = (rpm * limiter::leases::HOT_LEASE_TTL_MS).div_ceil(MINUTE_MS);
         let full = ((rpm + slack) * MINUTE_MS) as i128;
         let (mut level, mut last) = (full, T0);
         for (k, &t) in self.uses.iter().enumerate() {

@@ -28,8 +28,8 @@ fn grant(requests: u64, tokens: u64) -> LeaseGrant {
 /// A cache holding one slice of `requests` (and `tokens`) granted at `now`.
 fn holding(limits: &Limits, requests: u64, tokens: u64, now: u64) -> (LeaseLedger, String) {
     let mut c = LeaseLedger::new("iso");
-    assert_eq!(c.admit(DEP, limits, need(10), now).ask, None, "a lone request asks for nothing");
-    let ask = c.admit(DEP, limits, need(10), now).ask.expect("the second request in a second asks");
+    // Three within a tenth of a second ask (a large limit leases from the first request).
+    let ask = (0..3).find_map(|_| c.admit(DEP, limits, need(10), now).ask).expect("an ask");
     c.granted(DEP, &ask.id, limits, &grant(requests, tokens), now).expect("a slice");
     (c, ask.id)
 }
@@ -48,17 +48,57 @@ fn rq(requests: i64, tokens: i64) -> Delta {
 
 // --- asking ---
 
+/// Three requests at `now`: a rate worth a lease (see `lease_policy::HOT_TENTH`); the last decision.
+fn burst(c: &mut LeaseLedger, limits: &Limits, now: u64) -> Decision {
+    c.admit(DEP, limits, need(1), now);
+    c.admit(DEP, limits, need(1), now);
+    c.admit(DEP, limits, need(1), now)
+}
+
 #[test]
-fn a_lone_request_asks_nothing_and_the_next_asks_alongside() {
+fn a_lone_request_or_a_pair_asks_nothing_the_third_in_a_tenth_asks_alongside() {
     let mut c = LeaseLedger::new("iso");
     let limits = rpm_tpm(1_000, 100_000);
     assert_eq!(c.admit(DEP, &limits, need(100), T0), Decision::default(), "to the object, as before leases");
-    let d = c.admit(DEP, &limits, need(100), T0 + 1);
+    assert_eq!(c.admit(DEP, &limits, need(100), T0 + 1), Decision::default());
+    let d = c.admit(DEP, &limits, need(100), T0 + 2);
     assert_eq!(d.local, None);
     let ask = d.ask.expect("asks alongside");
     assert_eq!(ask.id, "iso.0");
-    // Two requests in a tenth of a second: 20 a second over a slice's 2.75 s, a quarter spare in tokens.
-    assert_eq!(ask.want, Amounts { requests: 55, tokens: 6_875, input: 6_875, output: 0 });
+    // Three in a tenth is 30 a second, capped at twice the second's 3: 6 a second over a slice's
+    // 2.75 s, a quarter spare in tokens.
+    assert_eq!(ask.want, Amounts { requests: 17, tokens: 2_125, input: 2_125, output: 0 });
+}
+
+#[test]
+fn a_sustained_rate_leases_an_agents_burst_does_not() {
+    let limits = rpm(1_000);
+    let mut c = LeaseLedger::new("iso");
+    // Four calls 300 ms apart, twice: an agent's turn, no lease.
+    for i in 0..8 {
+        assert_eq!(c.admit(DEP, &limits, need(1), T0 + i * 300).ask, None, "call {i}");
+    }
+    // Fifteen within ten seconds: leasing pays.
+    let asked = (8..15).find_map(|i| c.admit(DEP, &limits, need(1), T0 + i * 300).ask);
+    assert!(asked.is_some());
+}
+
+#[test]
+fn a_large_limit_leases_from_the_first_request() {
+    let mut c = LeaseLedger::new("iso");
+    let ask = c.admit(DEP, &rpm(50_000), need(1), T0).ask.expect("a slice is nothing to a limit this large");
+    assert_eq!(ask.want.requests, MIN_WANT * 3, "two a second (capped) over 5.75 s");
+    assert_eq!(LeaseLedger::new("iso").admit(DEP, &rpm(49_999), need(1), T0).ask, None);
+}
+
+#[test]
+fn a_small_limit_is_never_leased() {
+    let mut c = LeaseLedger::new("iso");
+    for i in 0..100 {
+        assert_eq!(c.admit(DEP, &rpm(199), need(1), T0 + i), Decision::default());
+    }
+    let ask = c.admit(DEP, &rpm(600), need(1), T0 + 100).ask.expect("a larger limit is");
+    assert_eq!(ask.want.requests, 12, "a fiftieth of the limit at most");
 }
 
 #[test]
@@ -105,10 +145,9 @@ fn a_slow_trickle_never_leases() {
 #[test]
 fn one_ask_at_a_time_until_it_is_answered_or_times_out() {
     let mut c = LeaseLedger::new("iso");
-    c.admit(DEP, &rpm(1_000), need(1), T0);
-    let first = c.admit(DEP, &rpm(1_000), need(1), T0).ask.unwrap();
+    let first = burst(&mut c, &rpm(1_000), T0).ask.unwrap();
     assert_eq!(c.admit(DEP, &rpm(1_000), need(1), T0 + 10).ask, None);
-    assert_eq!(c.admit(DEP, &rpm(1_000), need(1), T0 + ASK_TIMEOUT_MS - 1).ask, None);
+    assert_eq!(burst(&mut c, &rpm(1_000), T0 + ASK_TIMEOUT_MS - 1).ask, None);
     let second = c.admit(DEP, &rpm(1_000), need(1), T0 + ASK_TIMEOUT_MS).ask.expect("the lost ask is given up");
     assert_ne!(first.id, second.id);
     c.ask_lost(DEP, &second.id);
@@ -128,8 +167,8 @@ fn the_want_follows_the_rate() {
         }
     }
     let late = asks.iter().rev().find(|(t, _)| *t >= T0 + 1_000).unwrap().1;
-    // 200 a second over a slice's 2.75 s.
-    assert!((520..=600).contains(&late), "{:?}", &asks[asks.len() - 5..]);
+    // 200 a second over a hot slice's 5.75 s (a fiftieth of a percent of the limit lives 6 s).
+    assert!((1_100..=1_250).contains(&late), "{:?}", &asks[asks.len() - 5..]);
     assert!(asks.iter().all(|&(_, w)| (MIN_WANT..=MAX_WANT).contains(&w)));
     // A burst far beyond the cap asks for the cap.
     let mut busy = LeaseLedger::new("iso");
@@ -181,12 +220,13 @@ fn renews_when_the_slice_is_about_to_expire() {
 fn asks_for_what_the_slices_will_not_serve() {
     let limits = rpm(100_000);
     let (mut c, _) = holding(&limits, 30, 0, T0);
-    // 100 a second: the fourth request sees 60 a second (six in this tenth), so the 26 held
-    // last less than half a second; a slice's life then needs 165.
+    // 100 a second (a large limit: the first request asked): the fifth sees 60 a second (six in
+    // this tenth), so the 25 held last less than half a second; a slice sized at twice the
+    // second's rate (12 a second) over a hot slice's 5.75 s needs 69.
     let asked: Vec<_> =
         (0..10u64).filter_map(|i| c.admit(DEP, &limits, need(1), T0 + i * 10).ask.map(|a| (i, a))).collect();
     assert_eq!(asked.len(), 1, "one ask in flight");
-    assert_eq!((asked[0].0, asked[0].1.want.requests), (3, 165 - 26));
+    assert_eq!((asked[0].0, asked[0].1.want.requests), (4, 69 - 25));
 }
 
 #[test]
@@ -292,8 +332,7 @@ fn a_lease_granted_meanwhile_covers_a_refused_request() {
 fn an_empty_grant_installs_nothing_but_ends_the_ask() {
     let limits = rpm(1_000);
     let mut c = LeaseLedger::new("iso");
-    c.admit(DEP, &limits, need(1), T0);
-    let ask = c.admit(DEP, &limits, need(1), T0).ask.unwrap();
+    let ask = burst(&mut c, &limits, T0).ask.unwrap();
     assert_eq!(c.granted(DEP, &ask.id, &limits, &grant(0, 0), T0), None);
     assert!(c.admit(DEP, &limits, need(1), T0 + 1).ask.is_some());
 }
@@ -304,33 +343,31 @@ fn an_empty_grant_installs_nothing_but_ends_the_ask() {
 fn a_health_refusal_hands_everything_back_and_stays_quiet() {
     let limits = rpm(1_000);
     let (mut c, held) = holding(&limits, 2, 0, T0);
-    let ask = c.admit(DEP, &limits, need(1), T0 + 1_500).ask.expect("renewal");
-    assert!(c.refused(DEP, &ask.id, RejectCode::Paused, 2_000, T0 + 1_500));
-    assert_eq!(c.admit(DEP, &limits, need(1), T0 + 1_600), Decision::default(), "no local admission, no ask");
-    assert_eq!(returns(&c.take_tally(DEP, T0 + 1_600)), vec![(held.as_str(), rq(1, 0))]);
-    c.admit(DEP, &limits, need(1), T0 + 3_500);
-    assert!(c.admit(DEP, &limits, need(1), T0 + 3_500).ask.is_some(), "asks again after the pause");
+    let ask = c.admit(DEP, &limits, need(1), T0 + 100).ask.expect("renewal");
+    assert!(c.refused(DEP, &ask.id, RejectCode::Paused, 2_000, T0 + 100));
+    assert_eq!(c.admit(DEP, &limits, need(1), T0 + 200), Decision::default(), "no local admission, no ask");
+    assert_eq!(returns(&c.take_tally(DEP, T0 + 200)), vec![(held.as_str(), rq(1, 0))]);
+    assert!(burst(&mut c, &limits, T0 + 2_100).ask.is_some(), "asks again after the pause");
 }
 
 #[test]
 fn a_refusal_for_room_keeps_the_slices() {
     let limits = rpm(1_000);
     let (mut c, _) = holding(&limits, 3, 0, T0);
-    let ask = c.admit(DEP, &limits, need(1), T0 + 1_500).ask.expect("renewal");
-    assert!(!c.refused(DEP, &ask.id, RejectCode::Rpm, 1_000, T0 + 1_500));
-    let d = c.admit(DEP, &limits, need(1), T0 + 1_600);
+    let ask = c.admit(DEP, &limits, need(1), T0 + 100).ask.expect("renewal");
+    assert!(!c.refused(DEP, &ask.id, RejectCode::Rpm, 1_000, T0 + 100));
+    let d = c.admit(DEP, &limits, need(1), T0 + 200);
     assert!(d.local.is_some() && d.ask.is_none());
-    assert!(c.admit(DEP, &limits, need(1), T0 + 2_500).ask.is_some());
+    assert!(burst(&mut c, &limits, T0 + 1_100).ask.is_some());
 }
 
 #[test]
 fn quiet_is_bounded() {
     let limits = rpm(1_000);
     let mut c = LeaseLedger::new("iso");
-    c.admit(DEP, &limits, need(1), T0);
-    let ask = c.admit(DEP, &limits, need(1), T0).ask.unwrap();
+    let ask = burst(&mut c, &limits, T0).ask.unwrap();
     c.refused(DEP, &ask.id, RejectCode::BreakerOpen, 600_000, T0);
-    c.admit(DEP, &limits, need(1), T0 + MAX_QUIET_MS);
+    assert_eq!(burst(&mut c, &limits, T0 + MAX_QUIET_MS - 1).ask, None);
     assert!(c.admit(DEP, &limits, need(1), T0 + MAX_QUIET_MS).ask.is_some());
 }
 
@@ -432,7 +469,7 @@ fn a_retry_after_keeps_the_isolate_from_asking() {
     let t = local(&c.admit(DEP, &limits, need(1), T0)).ticket.clone();
     let told = UpstreamSignals { retry_after_ms: Some(2_000), ..UpstreamSignals::default() };
     c.settle_local(DEP, &t, &Outcome::RateLimited { retry_after_ms: Some(2_000) }, None, &told, T0);
-    assert_eq!(c.admit(DEP, &limits, need(1), T0 + 1_999).ask, None);
+    assert_eq!(burst(&mut c, &limits, T0 + 1_999).ask, None);
     assert!(c.admit(DEP, &limits, need(1), T0 + 2_000).ask.is_some());
 }
 
@@ -547,4 +584,72 @@ fn a_grant_that_arrives_after_the_deployment_failed_goes_straight_back() {
     assert_eq!(c.admit_held(DEP, &limits, need(1), T0 + 20), None);
     assert!(c.expire(DEP, T0 + 20));
     assert_eq!(returns(&c.take_tally(DEP, T0 + 20)), vec![(ask.id.as_str(), rq(30, 0))]);
+}
+
+// --- sparing the object (lease_policy) ---
+
+#[test]
+fn a_room_refusal_is_repeated_locally_for_a_moment() {
+    let limits = rpm(1_000);
+    let mut c = LeaseLedger::new("iso");
+    assert_eq!(c.held_off(DEP, 1_000, T0), None);
+    c.room_refused(DEP, RejectCode::Rpm, 1_400, 1_000, T0);
+    assert_eq!(c.held_off(DEP, 1_000, T0 + 10), Some((RejectCode::Rpm, 1_390)), "retry when the object said");
+    assert_eq!(c.held_off(DEP, 30_000, T0 + 10), None, "a request that can wait longer still asks");
+    assert_eq!(c.held_off(DEP, 1_000, T0 + 1_000), None, "for a second at most");
+    assert_eq!(c.held_off("other", 1_000, T0 + 10), None, "per deployment");
+    // Asks still go while held: slices carry what the refill brings.
+    assert!(burst(&mut c, &limits, T0 + 20).ask.is_some());
+}
+
+#[test]
+fn only_bucket_refusals_are_repeated() {
+    let mut c = LeaseLedger::new("iso");
+    for code in [RejectCode::Concurrency, RejectCode::FairShare, RejectCode::BreakerOpen] {
+        c.room_refused(DEP, code, 1_000, 1_000, T0);
+        assert_eq!(c.held_off(DEP, 1_000, T0 + 1), None, "{code:?}");
+    }
+    c.room_refused(DEP, RejectCode::Tpm, 300, 1_000, T0);
+    assert_eq!(c.held_off(DEP, 1_000, T0 + 299), Some((RejectCode::Tpm, 1)));
+    assert_eq!(c.held_off(DEP, 1_000, T0 + 300), None);
+}
+
+#[test]
+fn a_failed_call_backs_off_for_a_second() {
+    let mut c = LeaseLedger::new("iso");
+    assert!(!c.backing_off(DEP, T0));
+    c.unreachable(DEP, T0);
+    assert!(c.backing_off(DEP, T0 + 999));
+    assert!(!c.backing_off(DEP, T0 + 1_000));
+    assert!(!c.backing_off("other", T0 + 1));
+}
+
+#[test]
+fn a_busy_isolate_leaves_expired_returns_to_its_next_ask() {
+    let limits = rpm(1_000);
+    let (mut c, first) = holding(&limits, 50, 0, T0);
+    c.granted(DEP, "second", &limits, &grant(100, 0), T0 + 1_000).unwrap();
+    // Ten a second: the first slice is not drained before it expires.
+    for t in (T0..T0 + 2_800).step_by(100) {
+        assert!(c.admit(DEP, &limits, need(1), t).local.is_some());
+    }
+    assert!(!c.expire(DEP, T0 + 2_800), "a slice is left and the isolate is busy: the next ask carries it");
+    assert_eq!(returns(&c.take_tally(DEP, T0 + 2_800)), vec![(first.as_str(), rq(50 - 28, 0))]);
+    // Quiet: the last slice's expiry sends the tally itself.
+    assert!(c.expire(DEP, T0 + 1_000 + LEASE_TTL_MS + 15_000));
+}
+
+#[test]
+fn a_long_round_trip_renews_earlier() {
+    let limits = rpm(100_000);
+    let ask_at = |rtt: u64| {
+        let mut c = LeaseLedger::new("iso");
+        let ask = c.admit(DEP, &limits, need(1), T0).ask.expect("a large limit asks at once");
+        c.granted(DEP, &ask.id, &limits, &grant(60, 0), T0 + rtt).unwrap();
+        // 20 a second from the grant on: the first time an ask goes.
+        (T0 + rtt..T0 + 10_000).step_by(50).find(|&t| c.admit(DEP, &limits, need(1), t).ask.is_some()).unwrap()
+    };
+    let near = ask_at(10);
+    let far = ask_at(400);
+    assert!(far - 400 < near - 10, "far asks sooner after its grant: {} vs {}", far - T0 - 400, near - T0 - 10);
 }
