@@ -99,15 +99,6 @@ impl CacheUse {
         }
     }
 
-    /// The headers every cache hit carries, whichever door served it.
-    pub fn mark_hit(response: &mut worker::Response, answer: &CachedAnswer, now_ms: u64) {
-        let headers = response.headers_mut();
-        let _ = headers.set("x-gateway-cache", "hit");
-        let _ = headers.set("age", &answer.age_s(now_ms).to_string());
-        let _ = headers.set("x-gateway-deployment", &answer.deployment);
-        let _ = headers.set("x-gateway-attempts", "0");
-    }
-
     pub async fn lookup(&self, env: &Env, now_ms: u64) -> Option<CachedAnswer> {
         if !self.decision.reads() {
             return None;

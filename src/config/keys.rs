@@ -66,9 +66,7 @@ impl TenantRecord {
 /// The limits a scope (key or tenant) enforces, if any: limits that set no bucket and no
 /// concurrency cap (`{}`) enforce nothing and cost no limiter call.
 pub fn enforced(limits: Option<&Limits>) -> Option<&Limits> {
-    limits.filter(|l| {
-        [l.rpm, l.tpm, l.input_tpm, l.output_tpm, l.rpd].iter().any(Option::is_some) || l.max_concurrent.is_some()
-    })
+    limits.filter(|l| l.caps().iter().any(|(_, cap)| cap.is_some()))
 }
 
 /// Writes a scope's limits with only what applies to a scope (no breaker, no pauses), so the
@@ -90,15 +88,7 @@ fn scope_limits<S: Serializer>(limits: &Option<Limits>, out: S) -> Result<S::Ok,
 /// Limits as `rpm=3 tpm=1000`, for admin listings; `-` when none.
 pub fn describe_limits(limits: Option<&Limits>) -> String {
     let Some(l) = enforced(limits) else { return "-".to_string() };
-    let named = [
-        ("rpm", l.rpm),
-        ("tpm", l.tpm),
-        ("input_tpm", l.input_tpm),
-        ("output_tpm", l.output_tpm),
-        ("rpd", l.rpd),
-        ("max_concurrent", l.max_concurrent.map(u64::from)),
-    ];
-    named.iter().filter_map(|(name, v)| v.map(|v| format!("{name}={v}"))).collect::<Vec<_>>().join(" ")
+    l.caps().iter().filter_map(|(name, v)| v.map(|v| format!("{name}={v}"))).collect::<Vec<_>>().join(" ")
 }
 
 fn default_env() -> String {

@@ -58,6 +58,7 @@ pub struct Refusal {
 }
 
 /// How one document behaves when it is absent or unreadable.
+#[derive(Debug, Clone, Copy)]
 pub struct DocPolicy {
     pub kv_key: &'static str,
     /// Log events are `<name>_unavailable`, `<name>_rejected`, `<name>_fallback`, `<name>_last_good_*`.

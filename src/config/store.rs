@@ -42,9 +42,9 @@ pub async fn cached_doc<T>(
     parse: impl Fn(&str) -> Result<T, Vec<String>>,
 ) -> Option<Rc<T>> {
     let ttl = cache_ttl_ms(env);
-    let (fresh, cold) = slot.with(|s| {
+    let fresh = slot.with(|s| {
         let s = s.borrow();
-        (s.fresh(now_ms, ttl, policy).then(|| s.doc.clone()), s.fetched_ms.is_none())
+        s.fresh(now_ms, ttl, policy).then(|| s.doc.clone())
     });
     if let Some(doc) = fresh {
         return doc;
@@ -56,25 +56,19 @@ pub async fn cached_doc<T>(
             return slot.with(|s| settle(&mut s.borrow_mut(), read, now_ms, policy, &parse));
         }
     };
-    // An isolate's first read takes the last-good copy alongside: no extra round trip if it is needed.
-    let (read, copy) = if cold {
-        let (read, copy) = futures::join!(read_text(&kv, policy.kv_key), read_copy(&kv, policy.kv_key));
-        (read, Some(copy))
-    } else {
-        (read_text(&kv, policy.kv_key).await, None)
-    };
+    let read = read_text(&kv, policy.kv_key).await;
     let observed = slot.with(|s| s.borrow_mut().observe(read, now_ms, policy, &parse));
     if let Some(line) = observed.log {
         crate::support::log::error(line);
     }
     match observed.follow_up {
         FollowUp::Nothing => {}
-        FollowUp::Promote { text, stamp } => promote(&kv, policy, &text, &stamp, copy).await,
+        // Off the request's path: written from a request's `wait_until` (`save_last_good`).
+        FollowUp::Promote { text, stamp } => {
+            PROMOTIONS.with(|p| p.borrow_mut().push(Promotion { policy: *policy, text, stamp }))
+        }
         FollowUp::Fallback => {
-            let copy = match copy {
-                Some(copy) => copy,
-                None => read_copy(&kv, policy.kv_key).await,
-            };
+            let copy = read_copy(&kv, policy.kv_key).await;
             let line = slot.with(|s| s.borrow_mut().adopt(copy, policy, &parse));
             crate::support::log::error(line);
         }
@@ -106,13 +100,30 @@ async fn read_copy(kv: &KvStore, doc_key: &str) -> Copy {
     read.map(|(text, stamp)| text.map(|t| (t, stamp))).map_err(|e| e.to_string())
 }
 
+/// A newly validated document this isolate has yet to copy to `last_good:<key>`.
+struct Promotion {
+    policy: DocPolicy,
+    text: String,
+    stamp: Stamp,
+}
+
+/// Writes the durable copies this isolate's reads found due; called from a request's
+/// `wait_until`, so a new version costs the request that first sees it nothing.
+pub async fn save_last_good(env: &Env) {
+    let due = PROMOTIONS.with(|p| std::mem::take(&mut *p.borrow_mut()));
+    if due.is_empty() {
+        return;
+    }
+    let Ok(kv) = env.kv(CONFIG_BINDING) else { return };
+    for p in due {
+        promote(&kv, &p.policy, &p.text, &p.stamp).await;
+    }
+}
+
 /// Copies a newly validated document to `last_good:<key>`, unless the copy already holds it:
 /// every isolate that sees a new version would otherwise write the same value.
-async fn promote(kv: &KvStore, policy: &DocPolicy, text: &str, stamp: &Stamp, known: Option<Copy>) {
-    let copy = match known {
-        Some(copy) => copy,
-        None => read_copy(kv, policy.kv_key).await,
-    };
+async fn promote(kv: &KvStore, policy: &DocPolicy, text: &str, stamp: &Stamp) {
+    let copy = read_copy(kv, policy.kv_key).await;
     let held = matches!(&copy, Ok(Some((t, _))) if t == text);
     if held {
         return;
@@ -134,6 +145,7 @@ async fn promote(kv: &KvStore, policy: &DocPolicy, text: &str, stamp: &Stamp, kn
 }
 
 thread_local! {
+    static PROMOTIONS: RefCell<Vec<Promotion>> = const { RefCell::new(Vec::new()) };
     static TABLE: RefCell<DocSlot<RouteTable>> = const { RefCell::new(DocSlot::new()) };
     static KEYS: RefCell<HashMap<String, CachedKey>> = RefCell::new(HashMap::new());
     static TENANTS: RefCell<HashMap<String, CachedTenant>> = RefCell::new(HashMap::new());

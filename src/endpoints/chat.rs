@@ -3,7 +3,6 @@
 
 use crate::auth::context::RequestContext;
 use crate::cache;
-use crate::cache::policy::CachedAnswer;
 use crate::cache::store::CacheUse;
 use crate::cache::AnswerFormat;
 use crate::canonical::ChatRequest;
@@ -11,13 +10,10 @@ use crate::config::routes::{Api, Deployment};
 use crate::endpoints::route;
 use crate::http::codes;
 use crate::http::error::ApiError;
-use crate::http::io;
 use crate::pipeline::gate::Needs;
-use crate::pipeline::report;
 use crate::pipeline::run::{self, Trip};
 use crate::pipeline::step::{Answer, ClientStream, VendorStep};
 use crate::providers::{self, StreamTranslator, UpstreamCall, UpstreamError};
-use crate::support::clock::now_ms;
 use crate::usage::record::RequestOutcome;
 use worker::{Context, Env, Response};
 
@@ -32,7 +28,10 @@ pub async fn completions(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Con
     let route = crate::cache::key::route_scope(&logical, &deployments);
     let cache = CacheUse::decide(&model.cache, &chat, &rc, &route, &body);
     if let Some(answer) = cache.lookup(env, rc.started_ms).await {
-        return serve_cached(answer, &chat, &rc, &logical, ctx, env);
+        let mut outcome = RequestOutcome::new(&rc, &logical, chat.is_stream());
+        outcome.describe(&chat);
+        let replay = |body: &str| cache::policy::replay_as_sse(body, chat.wants_usage());
+        return route::serve_cached(answer, outcome, chat.is_stream(), replay, ctx, env);
     }
     let mut outcome = RequestOutcome::new(&rc, &logical, chat.is_stream());
     let shape = outcome.describe(&chat);
@@ -80,29 +79,4 @@ impl VendorStep for ChatStep<'_> {
     fn cache_format(&self) -> Option<AnswerFormat> {
         Some(AnswerFormat::ChatCompletion)
     }
-}
-
-/// Answers from the cache: no upstream call; streamed requests get the answer replayed as SSE.
-fn serve_cached(
-    answer: CachedAnswer,
-    chat: &ChatRequest,
-    rc: &RequestContext,
-    logical: &str,
-    ctx: &Context,
-    env: &Env,
-) -> Result<Response, ApiError> {
-    let now = now_ms();
-    let mut outcome = RequestOutcome::new(rc, logical, chat.is_stream());
-    outcome.describe(chat);
-    outcome.record_cache_hit(&answer.deployment, answer.usage, now);
-    report::finish(outcome, ctx, env);
-    let mut response = if chat.is_stream() {
-        let sse = cache::policy::replay_as_sse(&answer.body, chat.wants_usage())
-            .ok_or_else(|| ApiError::internal("cached answer could not be replayed"))?;
-        io::sse_response(futures::stream::once(async move { Ok(sse) }))?
-    } else {
-        io::json_response(200, answer.body.clone().into_bytes())?
-    };
-    CacheUse::mark_hit(&mut response, &answer, now);
-    Ok(response)
 }

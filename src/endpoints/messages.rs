@@ -10,7 +10,6 @@
 use crate::auth;
 use crate::auth::context::RequestContext;
 use crate::cache;
-use crate::cache::policy::CachedAnswer;
 use crate::cache::store::CacheUse;
 use crate::cache::AnswerFormat;
 use crate::config::routes::{Deployment, ProviderKind};
@@ -23,13 +22,11 @@ use crate::http::incoming::Incoming;
 use crate::idempotency;
 use crate::idempotency::gate::Entry;
 use crate::pipeline::gate::Needs;
-use crate::pipeline::report;
 use crate::pipeline::run::{self, Trip};
 use crate::pipeline::step::{Answer, ClientStream, VendorStep};
 use crate::providers::messages_openai::{self, OpenaiStreamToMessages};
 use crate::providers::passthrough::{self, ClientHeaders, MessagesCall, PassthroughStream};
 use crate::providers::{StreamEnd, UpstreamCall, UpstreamError};
-use crate::support::clock::now_ms;
 use crate::usage::estimate;
 use crate::usage::output_history;
 use crate::usage::record::{Ingress, RequestOutcome, RequestShape};
@@ -126,7 +123,8 @@ async fn handle(
         None => None,
     } {
         let outcome = outcome_of(&rc, &logical, &request, shape);
-        return serve_cached(hit, outcome, request.stream, ctx, env);
+        let replay = |body: &str| cache::message::replay_as_sse(body).map(String::into_bytes);
+        return route::serve_cached(hit, outcome, request.stream, replay, ctx, env);
     }
     let trip = Trip {
         rc: &rc,
@@ -159,28 +157,6 @@ fn cache_route(logical: &str, deployments: &[&str], client: &ClientHeaders) -> S
     let scope = cache::key::route_scope(logical, deployments);
     let (beta, version) = (client.beta.as_deref().unwrap_or(""), client.version.as_deref().unwrap_or(""));
     format!("messages\0{scope}\0{beta}\0{version}")
-}
-
-/// A kept answer: JSON as stored, or replayed as Anthropic's event sequence for a stream.
-fn serve_cached(
-    answer: CachedAnswer,
-    mut outcome: RequestOutcome,
-    stream: bool,
-    ctx: &Context,
-    env: &Env,
-) -> Result<Response, ApiError> {
-    let now = now_ms();
-    outcome.record_cache_hit(&answer.deployment, answer.usage, now);
-    report::finish(outcome, ctx, env);
-    let mut response = if stream {
-        let sse = cache::message::replay_as_sse(&answer.body)
-            .ok_or_else(|| ApiError::internal("cached answer could not be replayed"))?;
-        http::io::sse_response(futures::stream::once(async move { Ok(sse.into_bytes()) }))?
-    } else {
-        http::io::json_response(200, answer.body.clone().into_bytes())?
-    };
-    CacheUse::mark_hit(&mut response, &answer, now);
-    Ok(response)
 }
 
 fn not_found(model: &str) -> ApiError {

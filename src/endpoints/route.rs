@@ -2,12 +2,18 @@
 //! whether the key may use it.
 
 use crate::auth::context::RequestContext;
+use crate::cache::policy::CachedAnswer;
 use crate::config;
 use crate::config::routes::{LogicalModel, RouteTable};
 use crate::http::codes;
 use crate::http::error::ApiError;
+use crate::http::header_map::HeaderText;
+use crate::http::io;
+use crate::pipeline::report;
+use crate::support::clock::now_ms;
+use crate::usage::record::RequestOutcome;
 use std::rc::Rc;
-use worker::Env;
+use worker::{Context, Env, Response};
 
 pub async fn table(env: &Env, rc: &RequestContext) -> Result<Rc<RouteTable>, ApiError> {
     config::store::route_table(env, rc.started_ms).await
@@ -31,4 +37,32 @@ pub fn model<'t>(table: &'t RouteTable, rc: &RequestContext, logical: &str) -> R
         .with_param("model"));
     }
     Ok(model)
+}
+
+/// A cache hit at any door: the usage event records the cost avoided, and the stored answer goes
+/// out as JSON, or, for a stream, as `replay` writes it in the door's event format.
+pub fn serve_cached(
+    answer: CachedAnswer,
+    mut outcome: RequestOutcome,
+    stream: bool,
+    replay: impl FnOnce(&str) -> Option<Vec<u8>>,
+    ctx: &Context,
+    env: &Env,
+) -> Result<Response, ApiError> {
+    let now = now_ms();
+    outcome.record_cache_hit(&answer.deployment, answer.usage, now);
+    report::finish(outcome, ctx, env);
+    let mut text = HeaderText::default();
+    let _ = text.add("x-gateway-cache", "hit");
+    let _ = text.add("age", &answer.age_s(now).to_string());
+    let _ = text.add("x-gateway-deployment", &answer.deployment);
+    let _ = text.add("x-gateway-attempts", "0");
+    let mut response = if stream {
+        let sse = replay(&answer.body).ok_or_else(|| ApiError::internal("cached answer could not be replayed"))?;
+        io::sse_response(futures::stream::once(async move { Ok(sse) }))?
+    } else {
+        io::json_response(200, answer.body.into_bytes())?
+    };
+    let _ = text.apply(&response.headers_mut().0);
+    Ok(response)
 }

@@ -3,9 +3,6 @@
 //! parse the URL with the `url` crate, and every header lookup through it is two more calls.
 
 use crate::http::header_map::HeaderMap;
-use worker::js_sys::futures::JsFuture;
-use worker::js_sys::{ArrayBuffer, Uint8Array};
-use worker::wasm_bindgen::JsCast;
 use worker::{web_sys, ByteStream, Method};
 
 pub struct Incoming {
@@ -25,8 +22,7 @@ impl Incoming {
 
     /// The whole body in one `arrayBuffer()` call.
     pub async fn bytes(&self) -> Result<Vec<u8>, worker::Error> {
-        let buffer: ArrayBuffer = JsFuture::from(self.raw.array_buffer()?).await?.unchecked_into();
-        Ok(Uint8Array::new(&buffer).to_vec())
+        crate::http::io::array_buffer(self.raw.array_buffer()).await
     }
 
     /// The body as a stream of chunks (to discard an oversized one without holding it).

@@ -361,11 +361,8 @@ async fn send_fault(env: Env, object: String, reason: FaultReason) {
     // An id the object never admitted: it applies the outcome, with nothing to reconcile.
     let id = format!("fault:{:016x}", random_u64());
     let outcome = Outcome::Fault { reason };
-    let request = SettleRequest { id, outcome, usage: None, signals: UpstreamSignals::default(), tally: tally.clone() };
-    if let Err(e) = client::settle(&stub, request).await {
-        leases(|c| c.restore_tally(&object, tally));
-        log_failed("limiter_settle_failed", &object, &e.to_string());
-    }
+    let request = SettleRequest { id, outcome, usage: None, signals: UpstreamSignals::default(), tally };
+    RemoteSettle { stub, object, request }.send().await;
 }
 
 /// A settlement the limiter object must receive.

@@ -37,7 +37,7 @@ pub const EXPIRY_MARGIN_MS: u64 = 250;
 pub const ASK_TIMEOUT_MS: u64 = 5_000;
 
 /// A lease is asked for at least this many requests...
-pub const MIN_WANT: u64 = 4;
+pub const MIN_WANT: u64 = policy::MIN_SLICE;
 /// ...and at most this many.
 pub const MAX_WANT: u64 = 10_000;
 
@@ -555,12 +555,10 @@ impl LeaseLedger {
     /// credential): not while it already knows the deployment is unhealthy. Saying yes starts
     /// that quiet time, so each isolate reports at most once per [`MAX_QUIET_MS`].
     pub fn report_fault(&mut self, deployment: &str, now_ms: u64) -> bool {
-        let local = self.local(deployment);
-        if now_ms < local.quiet_until_ms {
+        if now_ms < self.local(deployment).quiet_until_ms {
             return false;
         }
-        local.quiet_until_ms = now_ms + MAX_QUIET_MS;
-        local.retire_all();
+        self.unhealthy(deployment, MAX_QUIET_MS, now_ms);
         true
     }
 

@@ -18,7 +18,7 @@
 
 use limiter::limits::{BucketKind, Limits};
 
-/// A lease is asked for at least this many requests (the ledger's `MIN_WANT`).
+/// A lease is asked for at least this many requests (the ledger's `MIN_WANT` is this).
 pub const MIN_SLICE: u64 = 4;
 
 /// A slice holds at most this fraction of any request-counting bucket (1/50: a limit of 200

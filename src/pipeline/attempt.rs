@@ -1,7 +1,6 @@
 //! Small steps of one attempt the driver shares: credentials, vendor rate signals, settling a
 //! failure, the route headers on an answer, and the estimate held at the key and tenant.
 
-use crate::auth::context::RequestContext;
 use crate::config::routes::Deployment;
 use crate::http::header_map::HeaderText;
 use crate::limits::admission::{self, Admission};
@@ -62,16 +61,15 @@ pub async fn settle_failure(
 }
 
 /// The headers every served answer carries: which deployment answered, after how many attempts,
-/// and the key's remaining requests and tokens when its limits say.
+/// and the key's remaining requests and tokens when its limits say. (`x-request-id` is set on every
+/// response by the door that answers it.)
 pub fn route_headers(
     text: &mut HeaderText,
-    rc: &RequestContext,
     deployment_id: &str,
     deployment: &Deployment,
     attempts: usize,
     remaining: (Option<u64>, Option<u64>),
 ) {
-    let _ = text.add("x-request-id", &rc.request_id);
     let _ = text.add("x-gateway-deployment", deployment_id);
     let _ = text.add("x-gateway-provider", deployment.provider.as_str());
     let _ = text.add("x-gateway-attempts", &attempts.to_string());

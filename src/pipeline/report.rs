@@ -39,5 +39,7 @@ pub async fn finish_detached(mut outcome: RequestOutcome, env: &Env) {
         let spent = budget::settle(env, claim, event.cost_micro_usd.unwrap_or(claim.reserved_micro_usd)).await;
         event.budget_soft_exceeded = claim.soft_exceeded_after(spent);
     }
+    // Every document this request read is known good by now: its durable copy is written here.
+    config::store::save_last_good(env).await;
     queue::send(env, &event).await;
 }

@@ -238,7 +238,7 @@ impl<'a> Driver<'a> {
                 let limit = AnswerLimit::new(self.trip.model.max_answer_bytes);
                 let body = upstream::read_body(&mut up, clock.body(now_ms()), limit).await.unwrap_or_default();
                 let retry_after = upstream::header(&up, "retry-after");
-                let err = providers::classify(deployment.provider, up.status, retry_after.as_deref(), &body);
+                let err = providers::classify(deployment.provider, up.status, retry_after, &body);
                 let signals = signals_of(&up, err.retry_after_ms);
                 settle_failure(admission, &err, Some(TokenUsage::default()), signals).await;
                 Err(err)
@@ -326,7 +326,7 @@ impl<'a> Driver<'a> {
             let _ = text.add("x-gateway-cache", &cache.miss_label());
         }
         let attempts = self.planner.attempts() as usize;
-        route_headers(&mut text, self.trip.rc, id, deployment, attempts, remaining);
+        route_headers(&mut text, id, deployment, attempts, remaining);
         budget::mark(&mut text, soft_budget);
         let _ = text.apply(&response.headers_mut().0);
         if !self.trip.stream {

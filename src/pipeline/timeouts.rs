@@ -54,9 +54,7 @@ impl Wait {
             Bound::Idle => (ErrorClass::Timeout, format!("upstream sent nothing for idle_ms ({limit} ms)")),
             Bound::Total => (ErrorClass::Timeout, format!("no complete answer within total_ms ({limit} ms)")),
             Bound::StreamTotal => (ErrorClass::DeadlineExceeded, format!("the stream reached total_ms ({limit} ms)")),
-            Bound::Deadline => {
-                (ErrorClass::DeadlineExceeded, "the request's deadline passed before a deployment answered".to_string())
-            }
+            Bound::Deadline => return crate::pipeline::plan::deadline_error(),
         };
         let mut err = UpstreamError::new(class, 0, message);
         err.vendor_code = Some(self.bound.code().to_string());

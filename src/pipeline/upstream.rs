@@ -2,13 +2,14 @@
 //! each wait may last comes from the attempt's clock (`pipeline::timeouts`).
 
 use crate::http::header_map::{HeaderMap, HeaderText};
+use crate::http::io;
 use crate::pipeline::answer_limit::AnswerLimit;
 use crate::pipeline::timeouts::Wait;
 use crate::providers::{ErrorClass, UpstreamCall, UpstreamError};
 use futures::future::{select, Either};
 use std::time::Duration;
 use worker::js_sys::futures::JsFuture;
-use worker::js_sys::{self, ArrayBuffer, Uint8Array};
+use worker::js_sys::{self, Uint8Array};
 use worker::wasm_bindgen::JsCast;
 use worker::{web_sys, AbortController, ByteStream, Delay, Headers};
 
@@ -63,30 +64,22 @@ pub async fn send(call: &UpstreamCall, request_id: &str, wait: Wait) -> Result<U
     init.set_body(&Uint8Array::from(call.body.as_bytes()));
     init.set_signal(Some(&signal));
     let global: web_sys::WorkerGlobalScope = js_sys::global().unchecked_into();
-    let sending = Box::pin(JsFuture::from(global.fetch_with_str_and_init(&call.url, &init)));
-    let timer = Box::pin(Delay::from(Duration::from_millis(wait.ms)));
-    let raced = select(sending, timer).await;
-    match raced {
-        Either::Left((Ok(value), _)) => {
+    let sending = JsFuture::from(global.fetch_with_str_and_init(&call.url, &init));
+    match within(sending, wait.ms).await {
+        Some(Ok(value)) => {
             let response: web_sys::Response = value.unchecked_into();
             let headers = HeaderMap::of(&response.headers());
             Ok(UpstreamResponse { status: response.status(), headers, response, abort: AbortHandle(Some(abort)) })
         }
-        Either::Left((Err(e), _)) => {
+        Some(Err(e)) => {
             let e = worker::Error::from(e);
             Err(failure(ErrorClass::Connection, format!("upstream connection failed: {e}")))
         }
-        Either::Right(_) => {
+        None => {
             abort.abort();
             Err(wait.expired())
         }
     }
-}
-
-/// The whole body in one `arrayBuffer()` call (worker's `bytes()` reads it chunk by chunk).
-async fn whole_body(response: &web_sys::Response) -> Result<Vec<u8>, worker::Error> {
-    let buffer: ArrayBuffer = JsFuture::from(response.array_buffer()?).await?.unchecked_into();
-    Ok(Uint8Array::new(&buffer).to_vec())
 }
 
 /// Reads a whole body within the route's `limit`, giving up (and aborting) when the wait runs out;
@@ -107,7 +100,7 @@ pub async fn read_body(
     }
     let read = if known.is_some() {
         // Declared and within the limit: one read, as before the limit existed.
-        within(async { whole_body(&upstream.response).await.map_err(read_failed) }, wait.ms).await
+        within(async { io::array_buffer(upstream.response.array_buffer()).await.map_err(read_failed) }, wait.ms).await
     } else {
         within(read_capped(&upstream.response, limit), wait.ms).await
     };
@@ -140,8 +133,7 @@ fn read_failed(e: worker::Error) -> UpstreamError {
 /// Reads chunk by chunk, counting each against `limit`.
 async fn read_capped(response: &web_sys::Response, mut limit: AnswerLimit) -> Result<Vec<u8>, UpstreamError> {
     use futures::StreamExt;
-    let body = response.body().ok_or_else(|| failure(ErrorClass::Connection, "upstream body unreadable".into()))?;
-    let mut stream = ByteStream::from(body);
+    let mut stream = byte_stream(response)?;
     let mut body = Vec::new();
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(read_failed)?;
@@ -152,25 +144,25 @@ async fn read_capped(response: &web_sys::Response, mut limit: AnswerLimit) -> Re
 }
 
 pub fn body_stream(upstream: &mut UpstreamResponse) -> Result<ByteStream, UpstreamError> {
-    let body =
-        upstream.response.body().ok_or_else(|| failure(ErrorClass::Connection, "upstream body unreadable".into()))?;
+    byte_stream(&upstream.response)
+}
+
+fn byte_stream(response: &web_sys::Response) -> Result<ByteStream, UpstreamError> {
+    let body = response.body().ok_or_else(|| failure(ErrorClass::Connection, "upstream body unreadable".into()))?;
     Ok(ByteStream::from(body))
 }
 
 /// The next chunk of a streamed body, or the wait's expiry.
 pub async fn next_chunk(stream: &mut ByteStream, wait: Wait) -> Result<Option<Vec<u8>>, UpstreamError> {
     use futures::StreamExt;
-    let next = stream.next();
-    let timer = Box::pin(Delay::from(Duration::from_millis(wait.ms)));
-    let raced = select(next, timer).await;
-    match raced {
-        Either::Left((Some(Ok(bytes)), _)) => Ok(Some(bytes)),
-        Either::Left((Some(Err(e)), _)) => Err(failure(ErrorClass::Connection, format!("upstream stream broke: {e}"))),
-        Either::Left((None, _)) => Ok(None),
-        Either::Right(_) => Err(wait.expired()),
+    match within(stream.next(), wait.ms).await {
+        Some(Some(Ok(bytes))) => Ok(Some(bytes)),
+        Some(Some(Err(e))) => Err(failure(ErrorClass::Connection, format!("upstream stream broke: {e}"))),
+        Some(None) => Ok(None),
+        None => Err(wait.expired()),
     }
 }
 
-pub fn header(upstream: &UpstreamResponse, name: &str) -> Option<String> {
-    upstream.headers.get_owned(name)
+pub fn header<'a>(upstream: &'a UpstreamResponse, name: &str) -> Option<&'a str> {
+    upstream.headers.get(name)
 }

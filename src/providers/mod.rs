@@ -266,7 +266,7 @@ fn headers(dep: &Deployment, credential: &str, own: &[(&str, &str)]) -> Vec<(Str
 }
 
 /// A 2xx body as JSON: empty means the vendor sent nothing (a breaker failure), garbage is a server error.
-fn read_json(body: &[u8]) -> Result<Value, UpstreamError> {
+fn read_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, UpstreamError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(UpstreamError::empty_response(200, "the upstream returned an empty body"));
     }

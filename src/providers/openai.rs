@@ -113,11 +113,7 @@ struct AnswerShape {
 }
 
 pub(super) fn translate_chat_response(body: &[u8]) -> Result<ChatResult, UpstreamError> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Err(UpstreamError::empty_response(200, "the upstream returned an empty body"));
-    }
-    let shape: AnswerShape = serde_json::from_slice(body)
-        .map_err(|e| UpstreamError::malformed(200, format!("the upstream returned a malformed body: {e}")))?;
+    let shape: AnswerShape = read_json(body)?;
     match shape.choices {
         None if shape.error.is_some() => return Err(classify(ProviderKind::Openai, 200, None, body)),
         None => return Err(UpstreamError::malformed(200, "the upstream response has no choices")),

@@ -42,20 +42,21 @@ pub fn duration_prefix(text: &str) -> Option<(u64, &str)> {
 }
 
 /// Reads the signals from a header lookup; `retry_after_ms` is filled by the caller's classifier.
-pub fn signals(header: impl Fn(&str) -> Option<String>, now_ms: u64) -> UpstreamSignals {
-    let num = |name: &str| header(name).and_then(|v| v.trim().parse::<u64>().ok());
-    let anthropic_reset =
-        |name: &str| header(name).and_then(|v| limiter::utc::parse_rfc3339_ms(&v)).map(|at| at.saturating_sub(now_ms));
+pub fn signals<S: AsRef<str>>(header: impl Fn(&str) -> Option<S>, now_ms: u64) -> UpstreamSignals {
+    let num = |name: &str| header(name).and_then(|v| v.as_ref().trim().parse::<u64>().ok());
+    let anthropic_reset = |name: &str| {
+        header(name).and_then(|v| limiter::utc::parse_rfc3339_ms(v.as_ref())).map(|at| at.saturating_sub(now_ms))
+    };
     UpstreamSignals {
         retry_after_ms: None,
         remaining_requests: num("x-ratelimit-remaining-requests")
             .or_else(|| num("anthropic-ratelimit-requests-remaining")),
         remaining_tokens: num("x-ratelimit-remaining-tokens").or_else(|| num("anthropic-ratelimit-tokens-remaining")),
         reset_requests_ms: header("x-ratelimit-reset-requests")
-            .and_then(|v| parse_duration_ms(&v))
+            .and_then(|v| parse_duration_ms(v.as_ref()))
             .or_else(|| anthropic_reset("anthropic-ratelimit-requests-reset")),
         reset_tokens_ms: header("x-ratelimit-reset-tokens")
-            .and_then(|v| parse_duration_ms(&v))
+            .and_then(|v| parse_duration_ms(v.as_ref()))
             .or_else(|| anthropic_reset("anthropic-ratelimit-tokens-reset")),
     }
 }
@@ -92,6 +93,6 @@ mod tests {
         };
         let s = signals(anthropic, 4_000);
         assert_eq!((s.remaining_tokens, s.reset_tokens_ms), (Some(900), Some(6_000)));
-        assert!(signals(|_| None, 0).is_empty());
+        assert!(signals(|_| None::<&str>, 0).is_empty());
     }
 }

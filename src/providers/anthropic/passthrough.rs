@@ -63,7 +63,7 @@ pub fn build(
 
 /// A JSON answer: the body as the vendor sent it, and its usage (none for count_tokens).
 pub fn read_answer(body: &[u8]) -> Result<(String, Option<Usage>), UpstreamError> {
-    let value = read_json(body)?;
+    let value = read_json::<Value>(body)?;
     let usage = value.get("usage").and_then(Usage::from_anthropic);
     let text = String::from_utf8(body.to_vec()).map_err(|_| UpstreamError::malformed(200, "the body is not UTF-8"))?;
     Ok((text, usage))

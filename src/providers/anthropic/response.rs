@@ -22,7 +22,7 @@ struct MessageView {
 }
 
 pub(in crate::providers) fn translate_chat_response(body: &[u8], created: u64) -> Result<ChatResult, UpstreamError> {
-    let v = read_json(body)?;
+    let v = read_json::<Value>(body)?;
     if v.get("type").and_then(Value::as_str) == Some("error") {
         return Err(classify(ProviderKind::Anthropic, 200, None, body));
     }

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 /// A complete chat answer as a Messages body, with its usage. `model` names the model in the body.
 pub fn translate_response(body: &[u8], model: &str) -> Result<(String, Option<Usage>), UpstreamError> {
-    let v = read_json(body)?;
+    let v = read_json::<Value>(body)?;
     if v.get("error").is_some_and(|e| !e.is_null()) && v.get("choices").is_none() {
         return Err(classify(ProviderKind::Openai, 200, None, body));
     }

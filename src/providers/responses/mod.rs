@@ -31,7 +31,7 @@ pub fn build_input_tokens(dep: &Deployment, body: &[u8], credential: &str) -> Re
 
 /// A vendor's input-token count, passed through as is.
 pub fn translate_input_tokens(body: &[u8]) -> Result<String, UpstreamError> {
-    let value = read_json(body)?;
+    let value = read_json::<serde_json::Value>(body)?;
     if value.get("input_tokens").and_then(|n| n.as_u64()).is_none() {
         return Err(UpstreamError::malformed(200, "the upstream answer carries no input_tokens count"));
     }
@@ -41,7 +41,7 @@ pub fn translate_input_tokens(body: &[u8]) -> Result<String, UpstreamError> {
 
 /// A vendor's Responses JSON body, passed through as is, with its usage.
 pub fn translate_passthrough(body: &[u8]) -> Result<(String, Option<Usage>), UpstreamError> {
-    let value = read_json(body)?;
+    let value = read_json::<serde_json::Value>(body)?;
     if value.get("object").and_then(|o| o.as_str()) != Some("response") {
         return Err(UpstreamError::malformed(200, "the upstream answer is not a Responses API response object"));
     }
