@@ -22,13 +22,23 @@ impl Incoming {
 
     /// The whole body in one `arrayBuffer()` call.
     pub async fn bytes(&self) -> Result<Vec<u8>, worker::Error> {
-        crate::http::io::array_buffer(self.raw.array_buffer()).await
+        array_buffer(self.raw.array_buffer()).await
     }
 
     /// The body as a stream of chunks (to discard an oversized one without holding it).
     pub fn stream(&self) -> Option<ByteStream> {
         self.raw.body().map(ByteStream::from)
     }
+}
+
+/// A body the runtime reads whole (`arrayBuffer()`), copied into wasm in one call: worker's own
+/// `bytes()` reads it chunk by chunk through a stream reader.
+pub async fn array_buffer(
+    promise: Result<worker::js_sys::Promise, worker::wasm_bindgen::JsValue>,
+) -> Result<Vec<u8>, worker::Error> {
+    use worker::wasm_bindgen::JsCast;
+    let buffer: worker::js_sys::ArrayBuffer = worker::js_sys::futures::JsFuture::from(promise?).await?.unchecked_into();
+    Ok(worker::js_sys::Uint8Array::new(&buffer).to_vec())
 }
 
 /// The path (percent-encoded, as sent) and query of an absolute URL, without parsing the rest.

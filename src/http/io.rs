@@ -60,16 +60,6 @@ async fn drain(req: &Incoming) {
     }
 }
 
-/// A body the runtime reads whole (`arrayBuffer()`), copied into wasm in one call: worker's own
-/// `bytes()` reads it chunk by chunk through a stream reader.
-pub async fn array_buffer(
-    promise: Result<worker::js_sys::Promise, worker::wasm_bindgen::JsValue>,
-) -> Result<Vec<u8>, worker::Error> {
-    use worker::wasm_bindgen::JsCast;
-    let buffer: worker::js_sys::ArrayBuffer = worker::js_sys::futures::JsFuture::from(promise?).await?.unchecked_into();
-    Ok(worker::js_sys::Uint8Array::new(&buffer).to_vec())
-}
-
 /// Reads the body, refusing anything over `MAX_BODY_BYTES` (by header first, then by size).
 pub async fn read_body(req: &Incoming) -> Result<Vec<u8>, ApiError> {
     let declared = req.headers.get("content-length").and_then(|v| v.parse::<usize>().ok());

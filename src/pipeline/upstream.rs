@@ -2,7 +2,7 @@
 //! each wait may last comes from the attempt's clock (`pipeline::timeouts`).
 
 use crate::http::header_map::{HeaderMap, HeaderText};
-use crate::http::io;
+use crate::http::incoming;
 use crate::pipeline::answer_limit::AnswerLimit;
 use crate::pipeline::timeouts::Wait;
 use crate::providers::{ErrorClass, UpstreamCall, UpstreamError};
@@ -100,7 +100,8 @@ pub async fn read_body(
     }
     let read = if known.is_some() {
         // Declared and within the limit: one read, as before the limit existed.
-        within(async { io::array_buffer(upstream.response.array_buffer()).await.map_err(read_failed) }, wait.ms).await
+        within(async { incoming::array_buffer(upstream.response.array_buffer()).await.map_err(read_failed) }, wait.ms)
+            .await
     } else {
         within(read_capped(&upstream.response, limit), wait.ms).await
     };
