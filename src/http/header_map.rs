@@ -33,6 +33,11 @@ impl HeaderText {
         Ok(())
     }
 
+    /// The collected `name\nvalue\n` pairs.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
     /// Sets every collected header on `headers`, in order.
     pub fn apply(&self, headers: &web_sys::Headers) -> Result<(), String> {
         if self.0.is_empty() {

@@ -23,6 +23,15 @@ impl AnswerLimit {
         Ok(())
     }
 
+    pub fn max(&self) -> u64 {
+        self.max
+    }
+
+    /// The failure of an answer that grew past the bound.
+    pub fn exceeded(&self) -> UpstreamError {
+        UpstreamError::too_large(self.max)
+    }
+
     /// A body whose length is declared up front, refused before it is read when over the bound.
     pub fn check_declared(&self, declared: u64) -> Result<(), UpstreamError> {
         if declared > self.max {

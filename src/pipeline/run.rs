@@ -228,15 +228,17 @@ impl<'a> Driver<'a> {
     ) -> Result<Response, UpstreamError> {
         let deployment = self.trip.chain[index].1;
         let clock = AttemptClock::new(started_ms, deployment.timeouts, self.planner.deadline_ms());
-        let sent = upstream::send(call, &self.trip.rc.request_id, clock.headers(self.trip.stream, now_ms())).await;
+        let now = now_ms();
+        let (headers, body) = (clock.headers(self.trip.stream, now), clock.body(now));
+        let limit = AnswerLimit::new(self.trip.model.max_answer_bytes);
+        let sent = upstream::send(call, &self.trip.rc.request_id, headers, body, limit, self.trip.stream).await;
         match sent {
             Ok(up) if (200..300).contains(&up.status) && self.trip.stream => {
                 self.relay_stream(index, up, admission, clock).await
             }
             Ok(up) if (200..300).contains(&up.status) => self.relay_json(index, up, admission, clock).await,
             Ok(mut up) => {
-                let limit = AnswerLimit::new(self.trip.model.max_answer_bytes);
-                let body = upstream::read_body(&mut up, clock.body(now_ms()), limit).await.unwrap_or_default();
+                let body = upstream::read_body(&mut up).unwrap_or_default();
                 let retry_after = upstream::header(&up, "retry-after");
                 let err = providers::classify(deployment.provider, up.status, retry_after, &body);
                 let signals = signals_of(&up, err.retry_after_ms);
@@ -264,8 +266,7 @@ impl<'a> Driver<'a> {
     ) -> Result<Response, UpstreamError> {
         let (id, deployment) = self.trip.chain[index];
         let started_ms = clock.sent_ms();
-        let limit = AnswerLimit::new(self.trip.model.max_answer_bytes);
-        let translated = match upstream::read_body(&mut up, clock.body(now_ms()), limit).await {
+        let translated = match upstream::read_body(&mut up) {
             Ok(body) => self.step.translate(deployment, &body, now_ms()),
             Err(e) => Err(e),
         };

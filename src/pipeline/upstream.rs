@@ -1,8 +1,8 @@
 //! Fetching from a vendor with real timeouts: a timed-out attempt aborts its fetch. How long
-//! each wait may last comes from the attempt's clock (`pipeline::timeouts`).
+//! each wait may last comes from the attempt's clock (`pipeline::timeouts`); how large an answer
+//! may grow, from the route (`pipeline::answer_limit`).
 
 use crate::http::header_map::{HeaderMap, HeaderText};
-use crate::http::incoming;
 use crate::pipeline::answer_limit::AnswerLimit;
 use crate::pipeline::timeouts::Wait;
 use crate::providers::{ErrorClass, UpstreamCall, UpstreamError};
@@ -10,22 +10,26 @@ use futures::future::{select, Either};
 use std::time::Duration;
 use worker::js_sys::futures::JsFuture;
 use worker::js_sys::{self, Uint8Array};
-use worker::wasm_bindgen::JsCast;
-use worker::{web_sys, AbortController, ByteStream, Delay, Headers};
+use worker::wasm_bindgen::prelude::wasm_bindgen;
+use worker::wasm_bindgen::{JsCast, JsValue};
+use worker::{web_sys, ByteStream, Delay};
 
-/// A vendor response whose headers have arrived.
+/// A vendor response whose headers have arrived; a JSON answer's (or an error's) body is already
+/// read, a stream's is still coming.
 pub struct UpstreamResponse {
     pub status: u16,
     /// Read once: the rate-limit signals alone look up eight names.
     pub headers: HeaderMap,
-    /// The runtime's own response: its body is read in one `arrayBuffer()` call or as a stream.
-    response: web_sys::Response,
-    /// Aborting it cancels the body still being read.
+    /// The runtime's own response, kept only for a stream.
+    response: Option<web_sys::Response>,
+    /// The whole body, or why it could not be read, for an answer that does not stream.
+    body: Option<Result<Vec<u8>, UpstreamError>>,
+    /// Aborting it cancels the stream still being read.
     pub abort: AbortHandle,
 }
 
 /// Cancels an upstream fetch (at most once; later calls do nothing).
-pub struct AbortHandle(Option<AbortController>);
+pub struct AbortHandle(Option<web_sys::AbortController>);
 
 impl AbortHandle {
     pub fn abort(&mut self) {
@@ -43,8 +47,116 @@ fn failure(class: ErrorClass, message: String) -> UpstreamError {
 /// other vendors ignore it), so a request can be traced across the gateway's and the vendor's logs.
 pub const CORRELATION_HEADER: &str = "x-client-request-id";
 
-/// Sends the call; fails with the wait's expiry if no response headers arrive within it.
-pub async fn send(call: &UpstreamCall, request_id: &str, wait: Wait) -> Result<UpstreamResponse, UpstreamError> {
+// One call into the runtime per attempt: the fetch, the wait for its headers, the body read in one
+// `arrayBuffer()` (or counted chunk by chunk against the limit when its length is unknown) and one
+// timer for both waits, in JS. From wasm each of these was a promise (or a timer closure) woken
+// through the futures queue: four per JSON answer instead of one.
+#[wasm_bindgen(inline_js = "
+export function exchange(url, headerText, body, headersMs, bodyMs, limit, stream) {
+  const headers = new Headers();
+  const p = headerText.split('\\n');
+  for (let i = 0; i + 1 < p.length; i += 2) headers.set(p[i], p[i + 1]);
+  const ctl = new AbortController();
+  const start = Date.now();
+  return new Promise((resolve) => {
+    let got = null, done = false, timer;
+    const finish = (out) => { if (!done) { done = true; clearTimeout(timer); resolve(out); } };
+    const described = (res, out) => { out.status = res.status; out.headers = text_of(res.headers); return out; };
+    const expire = () => {
+      if (done) return;
+      if (got === null) { done = true; ctl.abort(); resolve({ kind: 1 }); return; }
+      const left = start + bodyMs - Date.now();
+      if (left > 0) { timer = setTimeout(expire, left); return; }
+      done = true; ctl.abort(); resolve(described(got, { kind: 2 }));
+    };
+    timer = setTimeout(expire, headersMs);
+    fetch(url, { method: 'POST', headers, body: body.slice(), signal: ctl.signal }).then(async (res) => {
+      if (done) return;
+      got = res;
+      if (stream && res.status >= 200 && res.status < 300) {
+        finish(described(res, { kind: 0, response: res, abort: ctl }));
+        return;
+      }
+      const length = res.headers.get('content-length');
+      const encoding = res.headers.get('content-encoding');
+      const plain = encoding === null || encoding.trim().toLowerCase() === 'identity';
+      const declared = plain && length !== null && /^\\s*\\d+\\s*$/.test(length) ? Number(length) : -1;
+      try {
+        if (declared > limit) { ctl.abort(); finish(described(res, { kind: 5, size: declared })); return; }
+        if (declared >= 0) { finish(described(res, { kind: 0, body: new Uint8Array(await res.arrayBuffer()) })); return; }
+        const parts = [];
+        let seen = 0;
+        if (res.body !== null) {
+          const reader = res.body.getReader();
+          for (;;) {
+            const { done: end, value } = await reader.read();
+            if (end) break;
+            if (done) return;
+            seen += value.byteLength;
+            if (seen > limit) { ctl.abort(); finish(described(res, { kind: 5, size: seen })); return; }
+            parts.push(value);
+          }
+        }
+        const whole = new Uint8Array(seen);
+        let at = 0;
+        for (const part of parts) { whole.set(part, at); at += part.byteLength; }
+        finish(described(res, { kind: 0, body: whole }));
+      } catch (e) {
+        finish(described(res, { kind: 4, error: String(e) }));
+      }
+    }, (e) => finish({ kind: 3, error: String(e) }));
+  });
+}
+function text_of(h) { let s = ''; for (const [k, v] of h) { s += k + '\\n' + v + '\\n'; } return s; }
+")]
+extern "C" {
+    /// Sends the call and settles with an `Exchanged` (never rejects); throws at once on an
+    /// invalid header.
+    #[wasm_bindgen(catch)]
+    fn exchange(
+        url: &str,
+        header_text: &str,
+        body: &[u8],
+        headers_ms: f64,
+        body_ms: f64,
+        limit: f64,
+        stream: bool,
+    ) -> Result<js_sys::Promise, JsValue>;
+
+    /// What `exchange` settled with.
+    type Exchanged;
+    /// 0 answered, 1 no headers in time, 2 no whole body in time, 3 the fetch failed, 4 reading
+    /// the body failed, 5 the body is over the limit.
+    #[wasm_bindgen(method, getter)]
+    fn kind(this: &Exchanged) -> u8;
+    #[wasm_bindgen(method, getter)]
+    fn status(this: &Exchanged) -> u16;
+    #[wasm_bindgen(method, getter)]
+    fn headers(this: &Exchanged) -> String;
+    #[wasm_bindgen(method, getter)]
+    fn body(this: &Exchanged) -> Option<Uint8Array>;
+    #[wasm_bindgen(method, getter)]
+    fn size(this: &Exchanged) -> f64;
+    #[wasm_bindgen(method, getter)]
+    fn error(this: &Exchanged) -> String;
+    #[wasm_bindgen(method, getter)]
+    fn response(this: &Exchanged) -> Option<web_sys::Response>;
+    #[wasm_bindgen(method, getter)]
+    fn abort(this: &Exchanged) -> Option<web_sys::AbortController>;
+}
+
+/// Sends the call and, unless it is a stream being answered, reads its whole body: fails with
+/// `headers`' expiry if no response headers arrive within it; a body that does not arrive within
+/// `body`'s wait, or grows past `limit`, is aborted and kept as the answer's failure. A body over
+/// the limit is refused by its declared length when it has one, else cut off as it grows.
+pub async fn send(
+    call: &UpstreamCall,
+    request_id: &str,
+    headers: Wait,
+    body: Wait,
+    limit: AnswerLimit,
+    stream: bool,
+) -> Result<UpstreamResponse, UpstreamError> {
     let mut text = HeaderText::default();
     let invalid = |e: String| failure(ErrorClass::Connection, format!("invalid upstream header: {e}"));
     text.add(CORRELATION_HEADER, request_id).map_err(invalid)?;
@@ -53,69 +165,56 @@ pub async fn send(call: &UpstreamCall, request_id: &str, wait: Wait) -> Result<U
     for (name, value) in &call.headers {
         text.add(name, value).map_err(invalid)?;
     }
-    let headers = Headers::new();
-    text.apply(&headers.0).map_err(invalid)?;
-    let abort = AbortController::default();
-    let signal = abort.signal();
-    // The runtime's fetch(url, init) directly: no Request object, the body handed over as bytes.
-    let init = web_sys::RequestInit::new();
-    init.set_method("POST");
-    init.set_headers(&headers.0);
-    init.set_body(&Uint8Array::from(call.body.as_bytes()));
-    init.set_signal(Some(&signal));
-    let global: web_sys::WorkerGlobalScope = js_sys::global().unchecked_into();
-    let sending = JsFuture::from(global.fetch_with_str_and_init(&call.url, &init));
-    match within(sending, wait.ms).await {
-        Some(Ok(value)) => {
-            let response: web_sys::Response = value.unchecked_into();
-            let headers = HeaderMap::of(&response.headers());
-            Ok(UpstreamResponse { status: response.status(), headers, response, abort: AbortHandle(Some(abort)) })
+    let promise = exchange(
+        &call.url,
+        text.as_str(),
+        call.body.as_bytes(),
+        headers.ms as f64,
+        body.ms as f64,
+        limit.max() as f64,
+        stream,
+    )
+    .map_err(|e| invalid(worker::Error::from(e).to_string()))?;
+    let out: Exchanged = match JsFuture::from(promise).await {
+        Ok(value) => value.unchecked_into(),
+        Err(e) => {
+            return Err(failure(
+                ErrorClass::Connection,
+                format!("upstream connection failed: {}", worker::Error::from(e)),
+            ))
         }
-        Some(Err(e)) => {
-            let e = worker::Error::from(e);
-            Err(failure(ErrorClass::Connection, format!("upstream connection failed: {e}")))
-        }
-        None => {
-            abort.abort();
-            Err(wait.expired())
-        }
+    };
+    let kind = out.kind();
+    match kind {
+        1 => return Err(headers.expired()),
+        3 => return Err(failure(ErrorClass::Connection, format!("upstream connection failed: {}", out.error()))),
+        _ => {}
     }
+    let read = match kind {
+        0 => out.body().map(|bytes| Ok(bytes.to_vec())),
+        2 => Some(Err(body.expired())),
+        4 => Some(Err(failure(ErrorClass::Connection, format!("reading upstream body failed: {}", out.error())))),
+        _ => Some(Err(limit.check_declared(out.size() as u64).err().unwrap_or_else(|| limit.exceeded()))),
+    };
+    Ok(UpstreamResponse {
+        status: out.status(),
+        headers: HeaderMap::parse(&out.headers()),
+        response: out.response(),
+        body: read,
+        abort: AbortHandle(out.abort()),
+    })
 }
 
-/// Reads a whole body within the route's `limit`, giving up (and aborting) when the wait runs out;
-/// a body over the limit is refused by its declared length when it has one, else cut off as it
-/// grows (and aborted).
-pub async fn read_body(
-    upstream: &mut UpstreamResponse,
-    wait: Wait,
-    limit: AnswerLimit,
-) -> Result<Vec<u8>, UpstreamError> {
-    let declared = header(upstream, "content-length").and_then(|v| v.trim().parse::<u64>().ok());
-    // The runtime decodes a compressed body: then its declared length bounds nothing.
-    let plain = header(upstream, "content-encoding").is_none_or(|e| e.trim().eq_ignore_ascii_case("identity"));
-    let known = declared.filter(|_| plain);
-    if let Some(Err(too_large)) = known.map(|n| limit.check_declared(n)) {
-        upstream.abort.abort();
-        return Err(too_large);
-    }
-    let read = if known.is_some() {
-        // Declared and within the limit: one read, as before the limit existed.
-        within(async { incoming::array_buffer(upstream.response.array_buffer()).await.map_err(read_failed) }, wait.ms)
-            .await
-    } else {
-        within(read_capped(&upstream.response, limit), wait.ms).await
-    };
-    match read {
-        Some(Ok(body)) => Ok(body),
-        Some(Err(e)) => {
-            upstream.abort.abort();
-            Err(e)
-        }
-        None => {
-            upstream.abort.abort();
-            Err(wait.expired())
-        }
-    }
+/// The body `send` read (empty for a stream, whose body is read with `body_stream`).
+pub fn read_body(upstream: &mut UpstreamResponse) -> Result<Vec<u8>, UpstreamError> {
+    upstream.body.take().unwrap_or_else(|| Ok(Vec::new()))
+}
+
+/// A stream's body, chunk by chunk.
+pub fn body_stream(upstream: &mut UpstreamResponse) -> Result<ByteStream, UpstreamError> {
+    let body = upstream.response.as_ref().and_then(web_sys::Response::body);
+    let body = body.ok_or_else(|| failure(ErrorClass::Connection, "upstream body unreadable".into()))?;
+    Ok(ByteStream::from(body))
 }
 
 /// `work`'s output, or `None` once `timeout_ms` has passed.
@@ -125,32 +224,6 @@ async fn within<T>(work: impl std::future::Future<Output = T>, timeout_ms: u64) 
         Either::Left((out, _)) => Some(out),
         Either::Right(_) => None,
     }
-}
-
-fn read_failed(e: worker::Error) -> UpstreamError {
-    failure(ErrorClass::Connection, format!("reading upstream body failed: {e}"))
-}
-
-/// Reads chunk by chunk, counting each against `limit`.
-async fn read_capped(response: &web_sys::Response, mut limit: AnswerLimit) -> Result<Vec<u8>, UpstreamError> {
-    use futures::StreamExt;
-    let mut stream = byte_stream(response)?;
-    let mut body = Vec::new();
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(read_failed)?;
-        limit.take(chunk.len())?;
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
-}
-
-pub fn body_stream(upstream: &mut UpstreamResponse) -> Result<ByteStream, UpstreamError> {
-    byte_stream(&upstream.response)
-}
-
-fn byte_stream(response: &web_sys::Response) -> Result<ByteStream, UpstreamError> {
-    let body = response.body().ok_or_else(|| failure(ErrorClass::Connection, "upstream body unreadable".into()))?;
-    Ok(ByteStream::from(body))
 }
 
 /// The next chunk of a streamed body, or the wait's expiry.

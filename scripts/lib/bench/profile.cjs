@@ -71,6 +71,8 @@ async function main() {
   });
   const { profile } = await send("Profiler.stop");
   if (code !== 0) throw new Error(`load command exited with ${code}`);
+  // BENCH_PROFILE_RAW: the whole .cpuprofile too, for reading in DevTools or with a script.
+  if (process.env.BENCH_PROFILE_RAW) fs.writeFileSync(process.env.BENCH_PROFILE_RAW, JSON.stringify(profile));
   const summary = summarise(profile, intervalUs);
   await send("Runtime.enable").catch(() => {});
   summary.memory = await memory(send, contexts).catch((e) => ({ error: String(e.message || e) }));

@@ -33,6 +33,9 @@ TARGETS = {
     "mf_gateway_messages": ("miniflare", "gateway /v1/messages, passed through to an Anthropic deployment"),
     "mf_direct_responses": ("mock", "direct to the mock vendor's /v1/responses"),
     "mf_gateway_responses": ("miniflare", "gateway /v1/responses, passed through to an OpenAI deployment"),
+    "mf_gateway_again": ("miniflare", "gateway, model without limits (BENCH_COMPARE: this build again)"),
+    "mf_compare": ("miniflare", "gateway, model without limits (BENCH_COMPARE: the other build)"),
+    "mf_compare_again": ("miniflare", "gateway, model without limits (BENCH_COMPARE: the other build again)"),
     "mf_gateway_nolog": ("miniflare", "experiment: gateway with `console.log` stubbed out"),
     "mf_gateway_nolog_noqueue": ("miniflare", "experiment: gateway with `console.log` and the usage queue's `send` stubbed out"),
 }
