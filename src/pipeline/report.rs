@@ -11,17 +11,28 @@ use crate::usage::queue;
 use crate::usage::record::{price_key, RequestOutcome};
 use worker::{Context, Env};
 
-/// Reports after the response is sent; never delays the client.
+/// Reports after the response is sent; never delays the client. A request with nothing of its
+/// own to await (no budget to settle, no cache hit to look up) hands its outcome to the usage
+/// batch it joins, which prices and writes it: no `wait_until` of its own.
 pub fn finish(mut outcome: RequestOutcome, ctx: &Context, env: &Env) {
     outcome.finished_ms = Some(now_ms());
+    output_history::record(&outcome);
+    if outcome.budget.is_none() && outcome.cache_hit.is_none() {
+        queue::defer(outcome, ctx, env);
+        return;
+    }
     let env = env.clone();
-    ctx.wait_until(async move { finish_detached(outcome, &env).await });
+    ctx.wait_until(async move { price_and_send(outcome, &env).await });
 }
 
 /// Prices the request and sends its usage event; call inside `wait_until`.
-pub async fn finish_detached(mut outcome: RequestOutcome, env: &Env) {
-    let now = now_ms();
+pub async fn finish_detached(outcome: RequestOutcome, env: &Env) {
     output_history::record(&outcome);
+    price_and_send(outcome, env).await;
+}
+
+async fn price_and_send(mut outcome: RequestOutcome, env: &Env) {
+    let now = now_ms();
     if let Some(hit) = outcome.cache_hit.as_mut() {
         // The cache keeps only the deployment id; the route table names its vendor and price.
         if let Some(d) =

@@ -8,7 +8,7 @@ use crate::usage::export::{self, ExportObject};
 use crate::usage::queue::{self, BUCKET_BINDING};
 use serde_json::{json, Value};
 use std::collections::HashMap;
-use worker::{Bucket, Env, Include, MessageBatch, MessageExt, QueueRetryOptionsBuilder, RawMessage};
+use worker::{Bucket, Env, Include, MessageBatch, RawMessage};
 
 /// A queue whose name ends so is a dead-letter queue (`edge-gateway-usage-dlq` in wrangler.toml).
 pub const DLQ_SUFFIX: &str = "-dlq";
@@ -27,24 +27,18 @@ pub async fn consume(batch: &MessageBatch<String>, env: &Env) {
     let messages: Vec<RawMessage> = batch.raw_iter().collect();
     let bodies: Vec<Option<String>> = messages.iter().map(|m| queue::text_of(&m.body())).collect();
     let plan = export::plan(&bodies);
-    queue::reject(&plan, &messages, &bodies);
-    let later = QueueRetryOptionsBuilder::new().with_delay_seconds(queue::redelivery_delay_s(env)).build();
-    let bucket = match env.bucket(BUCKET_BINDING) {
-        Ok(b) => b,
-        Err(e) => {
-            crate::support::log::error(json!({"event": "usage_dead_letter_failed", "error": e.to_string()}));
-            plan.objects.iter().flat_map(|o| &o.members).for_each(|&i| messages[i].retry_with_options(&later));
-            return;
+    queue::reject(&plan);
+    let mut stored = Vec::with_capacity(plan.objects.len());
+    match env.bucket(BUCKET_BINDING) {
+        Ok(bucket) => {
+            let fault = queue::export_fault(env);
+            for object in &plan.objects {
+                stored.push(settle(&bucket, object, fault.as_deref()).await);
+            }
         }
-    };
-    let fault = queue::export_fault(env);
-    for object in &plan.objects {
-        if settle(&bucket, object, fault.as_deref()).await {
-            object.members.iter().for_each(|&i| messages[i].ack());
-        } else {
-            object.members.iter().for_each(|&i| messages[i].retry_with_options(&later));
-        }
+        Err(e) => crate::support::log::error(json!({"event": "usage_dead_letter_failed", "error": e.to_string()})),
     }
+    queue::settle(&plan, &stored, &messages, env);
 }
 
 /// Redelivers one object and parks its copy; true when the events are stored somewhere.

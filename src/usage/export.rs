@@ -1,9 +1,11 @@
 //! Usage events → R2 objects: NDJSON, one object per date/hour partition of a queue batch, at
 //! `usage/dt=YYYY-MM-DD/hour=HH/<first-event-id>-<n>.ndjson`, partitioned by each event's own time.
 //!
-//! Lines are the message bodies as the producer wrote them, so a consumer older than the producer
-//! never drops a field. Duplicates within a batch collapse to one line; across batches the
-//! `event_id` removes them (at-least-once delivery).
+//! A queue message carries one event or several, one JSON line each (`pack`: events of one
+//! partition hour per message, so each message lands in one object). Lines are stored as the
+//! producer wrote them, so a consumer older than the producer never drops a field. Duplicates
+//! within a batch collapse to one line; across batches the `event_id` removes them
+//! (at-least-once delivery).
 
 use limiter::utc;
 use serde::Deserialize;
@@ -23,17 +25,123 @@ pub struct ExportObject {
     pub members: Vec<usize>,
 }
 
+/// Text in a message that is not a usage event: the message's batch position, why, and the text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rejected {
     pub index: usize,
     pub reason: String,
+    pub text: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Plan {
     pub objects: Vec<ExportObject>,
-    /// Messages that are not usage events: they can never be stored, so retrying them is pointless.
+    /// Text that is not a usage event: it can never be stored, so retrying it is pointless.
     pub rejected: Vec<Rejected>,
+    /// How many messages the batch had.
+    pub messages: usize,
+}
+
+impl Plan {
+    /// Which messages to ack and which to redeliver, given which objects were stored (in
+    /// `objects` order): a message is acked once every object holding its events is stored
+    /// (one holding only rejected text at once), else redelivered whole.
+    pub fn settle(&self, stored: &[bool]) -> (Vec<usize>, Vec<usize>) {
+        let mut held = vec![false; self.messages];
+        let mut failed = vec![false; self.messages];
+        for (object, ok) in self.objects.iter().zip(stored.iter().chain(std::iter::repeat(&false))) {
+            for &i in &object.members {
+                held[i] = true;
+                failed[i] |= !ok;
+            }
+        }
+        let rejected_only = self.rejected.iter().map(|r| r.index).filter(|&i| !held[i]);
+        let mut ack: Vec<usize> = (0..self.messages).filter(|&i| held[i] && !failed[i]).chain(rejected_only).collect();
+        ack.sort_unstable();
+        ack.dedup();
+        (ack, (0..self.messages).filter(|&i| failed[i]).collect())
+    }
+}
+
+/// The events of one message body: its JSON values in order (one per line as the producer writes
+/// them; a pretty-printed one spans lines), each as its own text, or why the rest is not JSON.
+fn values(body: &str) -> Vec<Result<&str, String>> {
+    if !body.contains('\n') {
+        return vec![Ok(body)];
+    }
+    let mut out = Vec::new();
+    let mut stream = serde_json::Deserializer::from_str(body).into_iter::<serde::de::IgnoredAny>();
+    let mut start = 0;
+    loop {
+        match stream.next() {
+            None => break,
+            Some(Ok(_)) => {
+                let end = stream.byte_offset();
+                out.push(Ok(&body[start..end]));
+                start = end;
+            }
+            Some(Err(e)) => {
+                out.push(Err(format!("not a usage event: {e}")));
+                break;
+            }
+        }
+    }
+    if out.is_empty() {
+        out.push(Ok(body));
+    }
+    out
+}
+
+/// The hour a partition covers, as a number: events of one hour share an object.
+pub fn partition_hour(ts_ms: u64) -> u64 {
+    ts_ms / 3_600_000
+}
+
+/// Event lines (with their partition hour) packed into queue message bodies: lines of one hour
+/// per message, joined by `\n`, in order of first appearance, each body at most `max_bytes`
+/// (a longer line goes alone: the queue refuses it, and the producer logs it).
+pub fn pack(lines: &[(u64, String)], max_bytes: usize) -> Vec<String> {
+    let mut hours: Vec<u64> = Vec::new();
+    for (hour, _) in lines {
+        if !hours.contains(hour) {
+            hours.push(*hour);
+        }
+    }
+    let mut bodies = Vec::new();
+    for hour in hours {
+        let mut body = String::new();
+        for (_, line) in lines.iter().filter(|(h, _)| *h == hour) {
+            if !body.is_empty() && body.len() + 1 + line.len() > max_bytes {
+                bodies.push(std::mem::take(&mut body));
+            }
+            if !body.is_empty() {
+                body.push('\n');
+            }
+            body.push_str(line);
+        }
+        if !body.is_empty() {
+            bodies.push(body);
+        }
+    }
+    bodies
+}
+
+/// Message bodies grouped into `sendBatch` calls of at most `max_messages` and `max_bytes` each.
+pub fn calls(bodies: Vec<String>, max_messages: usize, max_bytes: usize) -> Vec<Vec<String>> {
+    let mut calls: Vec<Vec<String>> = Vec::new();
+    let mut bytes = 0;
+    for body in bodies {
+        let full = calls.last().is_none_or(|c| c.len() >= max_messages || bytes + body.len() > max_bytes);
+        if full {
+            calls.push(Vec::new());
+            bytes = 0;
+        }
+        bytes += body.len();
+        if let Some(call) = calls.last_mut() {
+            call.push(body);
+        }
+    }
+    calls
 }
 
 /// The two fields the export needs; every other field passes through untouched.
@@ -70,27 +178,39 @@ pub fn plan(bodies: &[Option<String>]) -> Plan {
     let mut rejected = Vec::new();
     for (index, body) in bodies.iter().enumerate() {
         let Some(body) = body else {
-            rejected.push(Rejected { index, reason: "message body is not text".into() });
+            rejected.push(Rejected { index, reason: "message body is not text".into(), text: None });
             continue;
         };
-        let head = match serde_json::from_str::<Head>(body) {
-            Ok(h) if !h.event_id.is_empty() => h,
-            Ok(_) => {
-                rejected.push(Rejected { index, reason: "event_id is empty".into() });
+        for value in values(body) {
+            let reject = |reason: String, text: &str| Rejected { index, reason, text: Some(text.trim().to_string()) };
+            let text = match value {
+                Ok(text) => text,
+                Err(reason) => {
+                    rejected.push(reject(reason, body));
+                    continue;
+                }
+            };
+            let head = match serde_json::from_str::<Head>(text) {
+                Ok(h) if !h.event_id.is_empty() => h,
+                Ok(_) => {
+                    rejected.push(reject("event_id is empty".into(), text));
+                    continue;
+                }
+                Err(e) => {
+                    rejected.push(reject(format!("not a usage event: {e}"), text));
+                    continue;
+                }
+            };
+            let group = groups.entry(partition(head.ts_ms)).or_default();
+            if group.members.last() != Some(&index) {
+                group.members.push(index);
+            }
+            if !group.seen.insert(head.event_id.clone()) {
                 continue;
             }
-            Err(e) => {
-                rejected.push(Rejected { index, reason: format!("not a usage event: {e}") });
-                continue;
-            }
-        };
-        let group = groups.entry(partition(head.ts_ms)).or_default();
-        group.members.push(index);
-        if !group.seen.insert(head.event_id.clone()) {
-            continue;
+            group.first.get_or_insert((head.ts_ms, head.event_id));
+            group.lines.push(one_line(text));
         }
-        group.first.get_or_insert((head.ts_ms, head.event_id));
-        group.lines.push(one_line(body));
     }
     let objects = groups
         .into_values()
@@ -106,7 +226,7 @@ pub fn plan(bodies: &[Option<String>]) -> Plan {
             })
         })
         .collect();
-    Plan { objects, rejected }
+    Plan { objects, rejected, messages: bodies.len() }
 }
 
 /// The parked copy's key of an export object: `usage-dlq/` in place of `usage/`.
@@ -228,6 +348,96 @@ mod tests {
         assert_eq!(p.objects.len(), 1);
         assert_eq!(p.objects[0].members, vec![4]);
         assert_eq!(plan(&[]), Plan::default());
+    }
+
+    fn packed(events: &[Option<String>]) -> Option<String> {
+        Some(events.iter().map(|e| e.clone().unwrap()).collect::<Vec<_>>().join("\n"))
+    }
+
+    #[test]
+    fn a_message_of_several_lines_stores_each_event_as_written() {
+        let (a, b, c) = (event("req_a", 1), event("req_b", 2), event("req_c", 3));
+        let p = plan(&[packed(&[a.clone(), b.clone()]), c.clone()]);
+        assert!(p.rejected.is_empty());
+        assert_eq!(p.objects.len(), 1);
+        assert_eq!(p.objects[0].events, 3);
+        assert_eq!(p.objects[0].members, vec![0, 1], "each message once");
+        let want = format!("{}\n{}\n{}\n", a.unwrap(), b.unwrap(), c.unwrap());
+        assert_eq!(p.objects[0].body, want, "the producer's bytes");
+        assert_eq!(p.settle(&[true]), (vec![0, 1], vec![]));
+        assert_eq!(p.settle(&[false]), (vec![], vec![0, 1]));
+    }
+
+    #[test]
+    fn bad_text_in_a_packed_message_is_rejected_alone() {
+        let good = event("req_ok", 1);
+        let body = format!("{}\n{{\"ts_ms\":1}}\n", good.clone().unwrap());
+        let p = plan(&[Some(body)]);
+        assert_eq!(p.objects.len(), 1);
+        assert_eq!(p.objects[0].events, 1);
+        assert_eq!(p.rejected.len(), 1);
+        assert_eq!(p.rejected[0].text.as_deref(), Some("{\"ts_ms\":1}"));
+        assert!(p.rejected[0].reason.contains("missing field `event_id`"));
+        // The message holds a stored event: it waits for its object, not acked as rejected.
+        assert_eq!(p.settle(&[false]), (vec![], vec![0]));
+        assert_eq!(p.settle(&[true]), (vec![0], vec![]));
+        // Text that is not JSON stops the reading of its message; what came before is kept.
+        let p = plan(&[Some(format!("{}\nnot json\n", good.unwrap()))]);
+        assert_eq!((p.objects[0].events, p.rejected.len()), (1, 1));
+        assert!(p.rejected[0].reason.starts_with("not a usage event"));
+    }
+
+    #[test]
+    fn a_message_spanning_two_hours_is_acked_only_when_both_are_stored() {
+        let p = plan(&[packed(&[event("req_a", END_OF_HOUR), event("req_b", END_OF_HOUR + 1)]), event("req_c", 1)]);
+        // Objects in partition order: 1970 (message 1), then the two hours of message 0.
+        let members: Vec<&[usize]> = p.objects.iter().map(|o| o.members.as_slice()).collect();
+        assert_eq!(members, vec![&[1][..], &[0], &[0]]);
+        assert_eq!(p.settle(&[true, false, true]), (vec![1], vec![0]));
+        assert_eq!(p.settle(&[true, true, false]), (vec![1], vec![0]));
+        assert_eq!(p.settle(&[true, true, true]), (vec![0, 1], vec![]));
+        assert_eq!(p.settle(&[]).1, vec![0, 1], "unknown counts as not stored");
+    }
+
+    #[test]
+    fn rejected_only_messages_are_acked() {
+        let p = plan(&[None, Some("not json".into()), event("req_a", 1)]);
+        assert_eq!(p.settle(&[false]), (vec![0, 1], vec![2]));
+    }
+
+    #[test]
+    fn packing_keeps_one_hour_per_message_and_order_within_it() {
+        let line = |h: u64, s: &str| (h, s.to_string());
+        let lines = vec![line(5, "a"), line(6, "b"), line(5, "c"), line(6, "d")];
+        assert_eq!(pack(&lines, 100), vec!["a\nc", "b\nd"]);
+        assert_eq!(pack(&lines, 3), vec!["a\nc", "b\nd"], "exactly at the limit");
+        assert_eq!(pack(&lines, 2), vec!["a", "c", "b", "d"]);
+        let long = vec![line(1, "xxxxx"), line(1, "y")];
+        assert_eq!(pack(&long, 3), vec!["xxxxx", "y"], "a line over the limit goes alone");
+        assert!(pack(&[], 10).is_empty());
+        assert_eq!(partition_hour(END_OF_HOUR), partition_hour(END_OF_HOUR - 3_599_999));
+        assert_ne!(partition_hour(END_OF_HOUR), partition_hour(END_OF_HOUR + 1));
+    }
+
+    #[test]
+    fn packed_messages_read_back_as_the_same_events() {
+        let events: Vec<(u64, String)> = (0..250).map(|i| (0, event(&format!("req_{i}"), i).unwrap())).collect();
+        let bodies = pack(&events, 4_000);
+        assert!(bodies.len() > 1 && bodies.iter().all(|b| b.len() <= 4_000));
+        let p = plan(&bodies.into_iter().map(Some).collect::<Vec<_>>());
+        assert_eq!(p.objects[0].events, 250);
+        let want: Vec<String> = events.into_iter().map(|(_, l)| l).collect();
+        assert_eq!(p.objects[0].body, format!("{}\n", want.join("\n")));
+    }
+
+    #[test]
+    fn calls_respect_the_queues_message_and_byte_limits() {
+        let bodies = |n: usize, len: usize| (0..n).map(|_| "x".repeat(len)).collect::<Vec<_>>();
+        let sizes = |c: Vec<Vec<String>>| c.iter().map(Vec::len).collect::<Vec<_>>();
+        assert_eq!(sizes(calls(bodies(250, 1), 100, 1_000)), vec![100, 100, 50]);
+        assert_eq!(sizes(calls(bodies(5, 40), 100, 100)), vec![2, 2, 1]);
+        assert_eq!(sizes(calls(bodies(1, 500), 100, 100)), vec![1], "an oversized body goes alone");
+        assert!(calls(Vec::new(), 100, 100).is_empty());
     }
 
     #[test]

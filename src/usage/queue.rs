@@ -1,7 +1,11 @@
 //! The usage pipeline's platform side: sending events to the usage queue, and the queue consumer that stores them in R2 as NDJSON.
 
+use crate::config;
+use crate::config::prices;
+use crate::support::clock::now_ms;
 use crate::usage::event::UsageEvent;
 use crate::usage::export::{self, ExportObject};
+use crate::usage::record::RequestOutcome;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -9,7 +13,9 @@ use std::time::Duration;
 use worker::js_sys::{self, futures::JsFuture};
 use worker::wasm_bindgen::prelude::wasm_bindgen;
 use worker::wasm_bindgen::JsValue;
-use worker::{Bucket, Delay, Env, HttpMetadata, MessageBatch, MessageExt, QueueRetryOptionsBuilder, RawMessage};
+use worker::{
+    Bucket, Context, Delay, Env, HttpMetadata, MessageBatch, MessageExt, QueueRetryOptionsBuilder, RawMessage,
+};
 
 pub const QUEUE_BINDING: &str = "USAGE_QUEUE";
 pub const BUCKET_BINDING: &str = "USAGE_BUCKET";
@@ -24,42 +30,102 @@ const REDELIVERY_DELAY_S: u32 = 30;
 /// Events of concurrent requests in this isolate leave together: the first waits this long for
 /// company, then one `sendBatch` carries them all (one queue call instead of one per request).
 const BATCH_WINDOW_MS: u64 = 20;
-/// Cloudflare Queues accept at most 100 messages per `sendBatch`.
+/// Events that one opened batch collects at most.
 const MAX_BATCH: usize = 100;
+/// A message carries the events of one partition hour up to this size (Queues take 128 KB):
+/// a batch of concurrent requests is usually one message, so the queue's own per-message work
+/// (and its per-message billing) is paid once per batch, not once per event.
+const MAX_MESSAGE_BYTES: usize = 96 * 1024;
+/// `sendBatch` takes at most 100 messages and 256 KB per call.
+const MAX_CALL_MESSAGES: usize = 100;
+const MAX_CALL_BYTES: usize = 240 * 1024;
+/// Between message bodies in the one string handed to JS: serde_json escapes every control
+/// character, so no JSON line holds it.
+const MESSAGE_SEPARATOR: char = '\u{1e}';
 
-type Lines = Rc<RefCell<Vec<String>>>;
+/// What a batch collects: an event's line (with its partition hour), or the outcome of a
+/// request with nothing of its own to await, priced when the batch leaves.
+enum Pending {
+    Line(u64, String),
+    Outcome(Box<RequestOutcome>),
+}
+
+type Lines = Rc<RefCell<Vec<Pending>>>;
 
 thread_local! {
     static OPEN: RefCell<Option<Lines>> = const { RefCell::new(None) };
 }
 
-/// Sends one event. The request that opens a batch sends it, inside its own `wait_until`, after
-/// the window; requests that join only add their line. Nobody awaits another request's I/O: in
-/// Workers a promise resolved from another request's context is a hang. A batch that keeps
-/// failing is logged event by event so nothing is silently dropped.
-pub async fn send(env: &Env, event: &UsageEvent) {
-    let line = match serde_json::to_string(event) {
-        Ok(line) => line,
+/// Adds to the open batch; `Some` when this opened a new one (its opener sends it).
+fn join(item: Pending) -> Option<Lines> {
+    OPEN.with(|open| {
+        let mut open = open.borrow_mut();
+        if let Some(lines) = open.as_ref() {
+            if lines.borrow().len() < MAX_BATCH {
+                lines.borrow_mut().push(item);
+                return None;
+            }
+        }
+        let lines: Lines = Rc::new(RefCell::new(vec![item]));
+        *open = Some(lines.clone());
+        Some(lines)
+    })
+}
+
+/// Hands a request's outcome to the open batch, which prices it and sends its event; a request
+/// that opens a batch sends it from its own `wait_until`.
+pub fn defer(outcome: RequestOutcome, ctx: &Context, env: &Env) {
+    if let Some(lines) = join(Pending::Outcome(Box::new(outcome))) {
+        let env = env.clone();
+        ctx.wait_until(async move { flush(env, lines).await });
+    }
+}
+
+/// The batch's events as lines: outcomes priced with the price table in force now (an event's
+/// price still follows its own time), then the durable copies of the documents they read.
+async fn lines_of(env: &Env, items: Vec<Pending>) -> Vec<(u64, String)> {
+    let now = now_ms();
+    let outcomes = items.iter().any(|i| matches!(i, Pending::Outcome(_)));
+    let prices = if outcomes { prices::price_table(env, now).await } else { None };
+    let mut lines = Vec::with_capacity(items.len());
+    for item in items {
+        match item {
+            Pending::Line(hour, line) => lines.push((hour, line)),
+            Pending::Outcome(o) => {
+                let event = UsageEvent::build(&o, prices.as_deref(), o.finished_ms.unwrap_or(now));
+                if let Some(line) = line_of(&event) {
+                    lines.push((export::partition_hour(event.ts_ms), line));
+                }
+            }
+        }
+    }
+    if outcomes {
+        // Every document these requests read is known good by now.
+        config::store::save_last_good(env).await;
+    }
+    lines
+}
+
+fn line_of(event: &UsageEvent) -> Option<String> {
+    match serde_json::to_string(event) {
+        Ok(line) => Some(line),
         Err(e) => {
             crate::support::log::error(
                 serde_json::json!({"event": "usage_send_failed", "error": e.to_string(), "usage": event}),
             );
-            return;
+            None
         }
-    };
-    let opened = OPEN.with(|open| {
-        let mut open = open.borrow_mut();
-        if let Some(lines) = open.as_ref() {
-            if lines.borrow().len() < MAX_BATCH {
-                lines.borrow_mut().push(line.clone());
-                return None;
-            }
-        }
-        let lines: Lines = Rc::new(RefCell::new(vec![line.clone()]));
-        *open = Some(lines.clone());
-        Some(lines)
-    });
-    if let Some(lines) = opened {
+    }
+}
+
+/// Sends one event. The request that opens a batch sends it, inside its own `wait_until`, after
+/// the window, packed into as few messages as the queue takes; requests that join only add their
+/// line. Nobody awaits another request's I/O: in Workers a promise resolved from another
+/// request's context is a hang. A batch that keeps failing is logged event by event so nothing
+/// is silently dropped.
+pub async fn send(env: &Env, event: &UsageEvent) {
+    let Some(line) = line_of(event) else { return };
+    if let Some(lines) = join(Pending::Line(export::partition_hour(event.ts_ms), line)) {
         flush(env.clone(), lines).await;
     }
 }
@@ -73,21 +139,24 @@ async fn flush(env: Env, lines: Lines) {
             *open = None;
         }
     });
-    let lines = std::mem::take(&mut *lines.borrow_mut());
+    let items = std::mem::take(&mut *lines.borrow_mut());
+    let lines = lines_of(&env, items).await;
+    let bodies = export::pack(&lines, MAX_MESSAGE_BYTES);
+    let mut unsent: Vec<(u64, String)> = Vec::new();
     let mut error = String::new();
-    for attempt in 0..SEND_TRIES {
-        if attempt > 0 {
-            Delay::from(Duration::from_millis(SEND_FIRST_DELAY_MS * 4u64.pow(attempt - 1))).await;
-        }
-        match send_batch_once(&env, &lines).await {
-            Ok(()) => return,
-            Err(e) => error = e,
+    for call in export::calls(bodies, MAX_CALL_MESSAGES, MAX_CALL_BYTES) {
+        match send_with_retries(&env, &call).await {
+            Ok(()) => {}
+            Err(e) => {
+                error = e;
+                unsent.extend(lines.iter().filter(|(_, l)| call.iter().any(|b| holds_line(b, l))).cloned());
+            }
         }
     }
-    // One bad event must not take the others with it: the batch is split, each event sent alone.
-    for line in &lines {
-        let alone =
-            if lines.len() > 1 { send_batch_once(&env, std::slice::from_ref(line)).await } else { Err(error.clone()) };
+    // One bad event must not take the others with it: what failed is split, each event sent alone.
+    let several = lines.len() > 1;
+    for (_, line) in &unsent {
+        let alone = if several { send_batch_once(&env, std::slice::from_ref(line)).await } else { Err(error.clone()) };
         if let Err(error) = alone {
             let usage: serde_json::Value = serde_json::from_str(line).unwrap_or(serde_json::Value::Null);
             crate::support::log::error(
@@ -103,19 +172,38 @@ async fn flush(env: Env, lines: Lines) {
 export function send_lines(env, name, text) {
   const queue = env[name];
   if (queue === undefined) throw new Error('no binding ' + name);
-  return queue.sendBatch(text.split('\\n').map((body) => ({ body, contentType: 'text' })));
+  return queue.sendBatch(text.split('\\u001e').map((body) => ({ body, contentType: 'text' })));
 }
 ")]
 extern "C" {
-    /// `sendBatch` of each `\n`-separated line as a text message.
+    /// `sendBatch` of each `\u{1e}`-separated body as a text message.
     #[wasm_bindgen(catch)]
     fn send_lines(env: &Env, name: &str, text: &str) -> Result<js_sys::Promise, JsValue>;
 }
 
-async fn send_batch_once(env: &Env, lines: &[String]) -> Result<(), String> {
-    // Text, not structured objects: the consumer stores the producer's bytes as they are. A JSON
-    // line never holds a raw line break (serde_json escapes them), so one joins the batch.
-    let text = lines.join("\n");
+/// Whether a packed message body holds `line` as one of its lines.
+fn holds_line(body: &str, line: &str) -> bool {
+    body.split('\n').any(|l| l == line)
+}
+
+async fn send_with_retries(env: &Env, bodies: &[String]) -> Result<(), String> {
+    let mut error = String::new();
+    for attempt in 0..SEND_TRIES {
+        if attempt > 0 {
+            Delay::from(Duration::from_millis(SEND_FIRST_DELAY_MS * 4u64.pow(attempt - 1))).await;
+        }
+        match send_batch_once(env, bodies).await {
+            Ok(()) => return Ok(()),
+            Err(e) => error = e,
+        }
+    }
+    Err(error)
+}
+
+/// One `sendBatch` of these message bodies.
+async fn send_batch_once(env: &Env, bodies: &[String]) -> Result<(), String> {
+    // Text, not structured objects: the consumer stores the producer's bytes as they are.
+    let text = bodies.join(&MESSAGE_SEPARATOR.to_string());
     let sent = send_lines(env, QUEUE_BINDING, &text)
         .map_err(|e| format!("queue binding {QUEUE_BINDING}: {}", worker::Error::from(e)))?;
     JsFuture::from(sent).await.map(|_| ()).map_err(|e| worker::Error::from(e).to_string())
@@ -128,37 +216,42 @@ pub async fn consume(batch: &MessageBatch<String>, env: &Env) {
     let messages: Vec<_> = batch.raw_iter().collect();
     let bodies: Vec<Option<String>> = messages.iter().map(|m| text_of(&m.body())).collect();
     let plan = export::plan(&bodies);
-    reject(&plan, &messages, &bodies);
-    let later = QueueRetryOptionsBuilder::new().with_delay_seconds(redelivery_delay_s(env)).build();
-    let bucket = match env.bucket(BUCKET_BINDING) {
-        Ok(b) => b,
-        Err(e) => {
-            crate::support::log::error(serde_json::json!({"event": "usage_export_failed", "error": e.to_string()}));
-            plan.objects.iter().flat_map(|o| &o.members).for_each(|&i| messages[i].retry_with_options(&later));
-            return;
-        }
-    };
-    let fault = export_fault(env);
-    for object in &plan.objects {
-        match store(&bucket, object, fault.as_deref()).await {
-            Ok(()) => object.members.iter().for_each(|&i| messages[i].ack()),
-            Err(error) => {
-                crate::support::log::error(
-                    serde_json::json!({"event": "usage_export_failed", "key": object.key, "events": object.events, "error": error}),
-                );
-                object.members.iter().for_each(|&i| messages[i].retry_with_options(&later));
+    reject(&plan);
+    let mut stored = Vec::with_capacity(plan.objects.len());
+    match env.bucket(BUCKET_BINDING) {
+        Ok(bucket) => {
+            let fault = export_fault(env);
+            for object in &plan.objects {
+                let result = store(&bucket, object, fault.as_deref()).await;
+                if let Err(error) = &result {
+                    crate::support::log::error(
+                        serde_json::json!({"event": "usage_export_failed", "key": object.key, "events": object.events, "error": error}),
+                    );
+                }
+                stored.push(result.is_ok());
             }
         }
+        Err(e) => {
+            crate::support::log::error(serde_json::json!({"event": "usage_export_failed", "error": e.to_string()}))
+        }
     }
+    settle(&plan, &stored, &messages, env);
 }
 
-/// Messages that are not usage events are logged in full and acked: retrying cannot fix them.
-pub fn reject(plan: &export::Plan, messages: &[RawMessage], bodies: &[Option<String>]) {
+/// Acks the messages whose events are all stored (or that held none) and redelivers the rest later.
+pub fn settle(plan: &export::Plan, stored: &[bool], messages: &[RawMessage], env: &Env) {
+    let later = QueueRetryOptionsBuilder::new().with_delay_seconds(redelivery_delay_s(env)).build();
+    let (ack, retry) = plan.settle(stored);
+    ack.iter().for_each(|&i| messages[i].ack());
+    retry.iter().for_each(|&i| messages[i].retry_with_options(&later));
+}
+
+/// Text that is not a usage event is logged in full: retrying cannot fix it.
+pub fn reject(plan: &export::Plan) {
     for r in &plan.rejected {
         crate::support::log::error(
-            serde_json::json!({"event": "usage_message_rejected", "reason": r.reason, "body": bodies[r.index]}),
+            serde_json::json!({"event": "usage_message_rejected", "reason": r.reason, "body": r.text}),
         );
-        messages[r.index].ack();
     }
 }
 

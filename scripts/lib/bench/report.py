@@ -30,15 +30,17 @@ TARGETS = {
     "mf_gateway_do": ("miniflare", "gateway, limits with every request through the DO (no leases)"),
     "workerd_floor": ("workerd", "floor: constant worker (JS)"),
     "mf_direct_messages": ("mock", "direct to the mock vendor's /v1/messages"),
+    "mf_relay": ("miniflare", "relay worker (JS: parse, splice the model, fetch, read the answer's usage, answer with headers)"),
     "mf_gateway_messages": ("miniflare", "gateway /v1/messages, passed through to an Anthropic deployment"),
     "mf_direct_responses": ("mock", "direct to the mock vendor's /v1/responses"),
     "mf_gateway_responses": ("miniflare", "gateway /v1/responses, passed through to an OpenAI deployment"),
-    "mf_gateway_again": ("miniflare", "gateway, model without limits (BENCH_COMPARE: this build again)"),
-    "mf_compare": ("miniflare", "gateway, model without limits (BENCH_COMPARE: the other build)"),
-    "mf_compare_again": ("miniflare", "gateway, model without limits (BENCH_COMPARE: the other build again)"),
     "mf_gateway_nolog": ("miniflare", "experiment: gateway with `console.log` stubbed out"),
     "mf_gateway_nolog_noqueue": ("miniflare", "experiment: gateway with `console.log` and the usage queue's `send` stubbed out"),
 }
+# BENCH_COMPARE's rounds: this build and the other, alternating.
+for _round in range(1, 10):
+    TARGETS[f"mf_gateway_r{_round}"] = ("miniflare", f"gateway, model without limits (BENCH_COMPARE: this build, round {_round})")
+    TARGETS[f"mf_compare_r{_round}"] = ("miniflare", f"gateway, model without limits (BENCH_COMPARE: the other build, round {_round})")
 HARNESS = {"mock": "—", "floor": "wrangler dev", "gateway": "wrangler dev", "floor_ni": "wrangler dev, inspector detached ²",
            "gateway_ni": "wrangler dev, inspector detached ²", "miniflare": "Miniflare", "workerd": "workerd serve"}
 WRANGLER_SESSIONS = ("gateway", "floor", "gateway_ni", "floor_ni")

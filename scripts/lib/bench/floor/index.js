@@ -3,6 +3,9 @@
 //                                 as the gateway's is), returns a fixed OpenAI-shaped completion
 //   POST /passthrough/<path>   -> forwards the request to env.MOCK_URL/<path> and returns the
 //                                 response as is (the cost of one subrequest, no logic)
+//   POST /relay/<path>         -> the least a gateway does, in plain JS: reads and parses the body,
+//                                 splices the model, fetches with its own headers, reads the whole
+//                                 answer and its usage, answers with five headers of its own
 // Not part of the product: it only gives the gateway's numbers something to be compared with.
 const BODY = JSON.stringify({
   id: "chatcmpl-floor",
@@ -27,7 +30,27 @@ export default {
       const target = env.MOCK_URL + url.pathname.slice("/passthrough".length) + url.search;
       return fetch(target, { method: request.method, headers: request.headers, body: request.body });
     }
+    if (url.pathname.startsWith("/relay/")) return relay(request, env, url);
     await request.arrayBuffer();
     return new Response(BODY, { headers: HEADERS });
   },
 };
+
+async function relay(request, env, url) {
+  const body = await request.json();
+  body.model = "gpt-4o-mini";
+  const target = env.MOCK_URL + url.pathname.slice("/relay".length);
+  const headers = new Headers({
+    "content-type": "application/json",
+    authorization: request.headers.get("authorization"),
+    "x-client-request-id": crypto.randomUUID(),
+  });
+  const res = await fetch(target, { method: "POST", headers, body: JSON.stringify(body) });
+  const answer = await res.arrayBuffer();
+  const usage = JSON.parse(new TextDecoder().decode(answer)).usage;
+  const out = new Headers({ "content-type": "application/json", "x-gateway-deployment": "mock" });
+  out.set("x-gateway-provider", "openai");
+  out.set("x-gateway-attempts", "1");
+  out.set("x-gateway-tokens", String(usage ? usage.total_tokens : 0));
+  return new Response(answer, { status: res.status, headers: out });
+}
