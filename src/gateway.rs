@@ -10,13 +10,14 @@ use crate::endpoints::responses;
 use crate::http;
 use crate::http::error::ApiError;
 use crate::http::incoming::Incoming;
+use crate::http::outgoing;
 use crate::idempotency;
 use crate::idempotency::gate::Entry;
 use crate::providers::passthrough::MessagesCall;
 use crate::support::clock::now_ms;
 use worker::{Context, Env, Method, Response};
 
-pub async fn handle(req: Incoming, env: Env, ctx: Context) -> Response {
+pub async fn handle(req: Incoming, env: Env, ctx: Context) -> worker::web_sys::Response {
     let request_id = new_request_id();
     let started_ms = now_ms();
     let path = req.path.clone();
@@ -29,11 +30,12 @@ pub async fn handle(req: Incoming, env: Env, ctx: Context) -> Response {
     };
     match (&method, messages_call) {
         (Method::Post, Some(call)) => {
-            return endpoints::messages::serve(req, call, &env, &ctx, &request_id, started_ms).await
+            let response = endpoints::messages::serve(req, call, &env, &ctx, &request_id, started_ms).await;
+            return outgoing::into_runtime(response, Some(&request_id));
         }
         (_, Some(_)) => {
             let err = ApiError::method_not_allowed(&format!("{method:?}").to_uppercase(), &path);
-            return http::anthropic_error::error_response(&err, Some(&request_id));
+            return outgoing::into_runtime(http::anthropic_error::error_response(&err, Some(&request_id)), None);
         }
         _ => {}
     }
@@ -81,11 +83,8 @@ pub async fn handle(req: Incoming, env: Env, ctx: Context) -> Response {
         _ => Err(ApiError::not_found(&path)),
     };
     match result {
-        Ok(mut response) => {
-            let _ = response.headers_mut().set("x-request-id", &request_id);
-            response
-        }
-        Err(err) => http::io::error_response(&err, Some(&request_id)),
+        Ok(response) => outgoing::into_runtime(response, Some(&request_id)),
+        Err(err) => outgoing::into_runtime(http::io::error_response(&err, Some(&request_id)), None),
     }
 }
 

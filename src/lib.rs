@@ -31,7 +31,7 @@ pub use limiter::budget::TenantBudget;
 pub use limiter::idempotency::IdempotencyStore;
 pub use limiter::DeploymentLimiter;
 
-use worker::{event, Context, Env, Response, Result};
+use worker::{event, Context, Env, Result};
 
 #[event(start)]
 fn start() {
@@ -39,8 +39,8 @@ fn start() {
 }
 
 #[event(fetch)]
-async fn fetch(req: worker::web_sys::Request, env: Env, ctx: Context) -> Result<Response> {
-    // The runtime's own request, read once (`http::incoming`), not worker's wrapper.
+async fn fetch(req: worker::web_sys::Request, env: Env, ctx: Context) -> Result<worker::web_sys::Response> {
+    // The runtime's own request and response, each handled in as few calls into JS as it can.
     Ok(gateway::handle(http::incoming::Incoming::new(req), env, ctx).await)
 }
 

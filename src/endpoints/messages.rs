@@ -49,13 +49,8 @@ pub async fn serve(
         },
         Err(e) => Err(e),
     };
-    match result {
-        Ok(mut response) => {
-            let _ = response.headers_mut().set("x-request-id", request_id);
-            response
-        }
-        Err(err) => anthropic_error::error_response(&err, Some(request_id)),
-    }
+    // The caller adds `x-request-id` as it hands the response to the runtime.
+    result.unwrap_or_else(|err| anthropic_error::error_response(&err, Some(request_id)))
 }
 
 async fn dispatch(

@@ -6,4 +6,5 @@ pub mod error;
 pub mod header_map;
 pub mod incoming;
 pub mod io;
+pub mod outgoing;
 pub mod sse;
