@@ -226,6 +226,42 @@ def render(results):
       f"`words={meta.get('stream_words')}`, {meta.get('stream_runs')} runs per target on fresh connections (after 3 warm-ups).")
     p("")
 
+    # ---- Issue 16: the gateway's own cost, as ratios to the passthrough worker (Miniflare) -----
+    def cpu_of(name):
+        c = cpu_per_request(results, name, conns, clk) if W.get(name) and W[name].get(conns) else None
+        return c["runtime"] if c else None
+
+    pt_cpu, pt = cpu_of("mf_passthrough"), W.get("mf_passthrough")
+    if pt_cpu and pt and pt.get(1) and pt.get(conns):
+        p("**Issue 16** (Miniflare, one run; the gateway's own cost above the passthrough worker, which makes the same one "
+          "upstream call in plain JS; the relay worker is the least a gateway does, in JS):")
+        p("")
+        p(f"| target | CPU ms/req | − passthrough | c={conns} req/s | ÷ passthrough | c=1 p50 (ms) | − passthrough |")
+        p("|---|---:|---:|---:|---:|---:|---:|")
+        for name in ("mf_passthrough", "mf_relay", "mf_gateway", "mf_gateway_limited", "mf_gateway_messages", "mf_gateway_responses"):
+            w, c = W.get(name), cpu_of(name)
+            if not (w and w.get(1) and w.get(conns) and c):
+                continue
+            p(f"| {TARGETS[name][1]} | {c:.3f} | {c - pt_cpu:+.3f} | {rps(w[conns]['rps'])} | {w[conns]['rps'] / pt[conns]['rps']:.2f}× "
+              f"| {ms(w[1]['p50'])} | {signed(w[1]['p50'] - pt[1]['p50'])} |")
+        p("")
+        gw, g_cpu = W.get("mf_gateway"), cpu_of("mf_gateway")
+        goals = []
+        if gw and gw.get(1) and gw.get(conns) and g_cpu:
+            goals += [("gateway's own CPU per request above the passthrough ≤ 0.25 ms", g_cpu - pt_cpu <= 0.25, f"{g_cpu - pt_cpu:+.3f} ms"),
+                      (f"c={conns} throughput ≥ 0.6× the passthrough's", gw[conns]["rps"] >= 0.6 * pt[conns]["rps"],
+                       f"{gw[conns]['rps'] / pt[conns]['rps']:.2f}×"),
+                      ("c=1 added p50 over the passthrough ≤ 0.25 ms", gw[1]["p50"] - pt[1]["p50"] <= 0.25,
+                       f"{gw[1]['p50'] - pt[1]['p50']:+.3f} ms")]
+        sp, sg = S.get("mf_passthrough"), S.get("mf_gateway")
+        for key, title in (("ttft_ms", "first token"), ("ttlb_ms", "last byte")):
+            if sp and sg and key in sp and key in sg:
+                d = pct(sg[key], 50) - pct(sp[key], 50)
+                goals.append((f"streaming {title} within 0.3 ms of the passthrough's (p50)", d <= 0.3, f"{d:+.3f} ms"))
+        for label, ok, value in goals:
+            p(f"- {'met' if ok else 'NOT met'}: {label} (measured {value})")
+        p("")
+
     # ---- Headline ------------------------------------------------------------------------------
     p(f"| wrangler dev, as the issue measures it | direct | floor | gateway | gateway − floor | gateway / floor | gateway / direct | target | met |")
     p("|---|---:|---:|---:|---:|---:|---:|---|---|")
