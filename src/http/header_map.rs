@@ -47,30 +47,43 @@ impl HeaderText {
     }
 }
 
-/// Header names and values, looked up without calling back into JS.
+/// Header names and values, looked up without calling back into JS: the runtime's text kept
+/// whole, with each pair's place in it (two allocations per map, not two per header).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HeaderMap {
-    pairs: Vec<(String, String)>,
+    text: String,
+    /// Byte ranges of each name and value in `text`.
+    pairs: Vec<(usize, usize, usize, usize)>,
 }
 
 impl HeaderMap {
     pub fn of(headers: &web_sys::Headers) -> HeaderMap {
-        HeaderMap::parse(&headers_text(headers))
+        HeaderMap::parse(headers_text(headers))
     }
 
     /// Parses `name\nvalue\n` pairs; header values never contain a newline (the runtime rejects them).
-    pub fn parse(text: &str) -> HeaderMap {
-        let mut lines = text.split('\n');
+    pub fn parse(text: impl Into<String>) -> HeaderMap {
+        let mut text: String = text.into();
         let mut pairs = Vec::new();
-        while let (Some(name), Some(value)) = (lines.next(), lines.next()) {
-            pairs.push((name.to_ascii_lowercase(), value.to_string()));
+        let mut at = 0;
+        while let Some(name_len) = text[at..].find('\n') {
+            let value_at = at + name_len + 1;
+            let Some(value_len) = text[value_at..].find('\n') else { break };
+            pairs.push((at, at + name_len, value_at, value_at + value_len));
+            at = value_at + value_len + 1;
         }
-        HeaderMap { pairs }
+        // The runtime hands names lower-case already; anything else is made so in place.
+        for &(a, b, _, _) in &pairs {
+            if let Some(name) = text.get_mut(a..b) {
+                name.make_ascii_lowercase();
+            }
+        }
+        HeaderMap { text, pairs }
     }
 
     /// The value of `name` (lower-case), as `Headers.get` would return it.
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.pairs.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+        self.pairs.iter().find(|&&(a, b, _, _)| &self.text[a..b] == name).map(|&(_, _, c, d)| &self.text[c..d])
     }
 
     pub fn get_owned(&self, name: &str) -> Option<String> {
@@ -92,6 +105,13 @@ mod tests {
         assert_eq!(HeaderMap::parse("X-Mixed\nv\n").get("x-mixed"), Some("v"));
         assert_eq!(HeaderMap::parse(""), HeaderMap::default());
         // A trailing name without a value (cannot come from the runtime) is ignored.
-        assert_eq!(HeaderMap::parse("a\n1\nb"), HeaderMap::parse("a\n1\n"));
+        assert_eq!(HeaderMap::parse("a\n1\nb").get("a"), Some("1"));
+        assert_eq!(HeaderMap::parse("a\n1\nb").get("b"), None);
+        // Non-ASCII values stay as they are; only names are lower-cased.
+        let map = HeaderMap::parse("X-Name\nVälue Ünchanged\ncontent-length\n12\n");
+        assert_eq!(map.get("x-name"), Some("Välue Ünchanged"));
+        assert_eq!(map.get("content-length"), Some("12"));
+        // Duplicates: the first wins, as the runtime joins repeats into one value anyway.
+        assert_eq!(HeaderMap::parse("a\n1\na\n2\n").get("a"), Some("1"));
     }
 }

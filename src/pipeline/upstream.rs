@@ -198,7 +198,7 @@ pub async fn send(
     };
     Ok(UpstreamResponse {
         status: out.status(),
-        headers: HeaderMap::parse(&out.headers()),
+        headers: HeaderMap::parse(out.headers()),
         response: out.response(),
         body: read,
         abort: AbortHandle(out.abort()),

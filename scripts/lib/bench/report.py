@@ -35,6 +35,7 @@ TARGETS = {
     "mf_direct_responses": ("mock", "direct to the mock vendor's /v1/responses"),
     "mf_gateway_responses": ("miniflare", "gateway /v1/responses, passed through to an OpenAI deployment"),
     "mf_gateway_nolog": ("miniflare", "experiment: gateway with `console.log` stubbed out"),
+    "mf_gateway_noconsumer": ("miniflare", "experiment: gateway whose usage-queue consumer only acks (no export to R2)"),
     "mf_gateway_nolog_noqueue": ("miniflare", "experiment: gateway with `console.log` and the usage queue's `send` stubbed out"),
 }
 # BENCH_COMPARE's rounds: this build and the other, alternating.
@@ -238,7 +239,8 @@ def render(results):
         p("")
         p(f"| target | CPU ms/req | − passthrough | c={conns} req/s | ÷ passthrough | c=1 p50 (ms) | − passthrough |")
         p("|---|---:|---:|---:|---:|---:|---:|")
-        for name in ("mf_passthrough", "mf_relay", "mf_gateway", "mf_gateway_limited", "mf_gateway_messages", "mf_gateway_responses"):
+        for name in ("mf_passthrough", "mf_relay", "mf_gateway", "mf_gateway_limited", "mf_gateway_messages", "mf_gateway_responses",
+                     "mf_gateway_noconsumer", "mf_gateway_nolog_noqueue"):
             w, c = W.get(name), cpu_of(name)
             if not (w and w.get(1) and w.get(conns) and c):
                 continue
