@@ -18,12 +18,15 @@ use crate::canonical::usage::Usage;
 use crate::config;
 use crate::config::keys;
 use crate::config::routes::Deployment;
-use crate::limits::lease_ledger::{Decision, LeaseLedger, LocalAdmit, SettleAction, Ticket, MAX_QUIET_MS};
+use crate::limits::lease_ledger::{
+    Decision, LeaseLedger, LocalAdmit, SettleAction, Ticket, MAX_ASK_WAIT_MS, MAX_QUIET_MS,
+};
 use crate::limits::refusal::{LimitScope, Refusal};
 use crate::providers::{ErrorClass, UpstreamError};
 use crate::support::clock::now_ms;
 use crate::usage::estimate::TokenEstimate;
-use futures::future::join_all;
+use futures::channel::oneshot;
+use futures::future::{join_all, select, Either};
 use limiter::breaker::BreakerState;
 use limiter::client;
 use limiter::limits::{Amounts, Limits};
@@ -32,6 +35,7 @@ use limiter::protocol::{
     LeaseRequest, Outcome, RejectCode, ReleaseRequest, SettleRequest, TokenUsage, UpstreamSignals,
 };
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 use worker::{Context, Env, Stub};
@@ -40,6 +44,25 @@ pub const LIMITER_BINDING: &str = "LIMITER";
 
 thread_local! {
     static LEASES: RefCell<LeaseLedger> = RefCell::new(LeaseLedger::new(&format!("{:016x}", random_u64())));
+    /// Requests waiting for an object's ask in flight, woken when it is answered.
+    static ASK_WAITERS: RefCell<HashMap<String, Vec<oneshot::Sender<()>>>> = RefCell::default();
+}
+
+/// Wakes the requests waiting for `object`'s ask: it was answered or given up.
+fn ask_ended(object: &str) {
+    let waiters = ASK_WAITERS.with(|w| w.borrow_mut().remove(object));
+    for waiter in waiters.into_iter().flatten() {
+        let _ = waiter.send(());
+    }
+}
+
+/// Waits for `object`'s ask in flight for at most `ms`; says whether it ended meanwhile.
+async fn wait_for_ask(object: &str, ms: u64) -> bool {
+    let (tx, rx) = oneshot::channel();
+    ASK_WAITERS.with(|w| w.borrow_mut().entry(object.to_string()).or_default().push(tx));
+    let timer = worker::Delay::from(Duration::from_millis(ms));
+    futures::pin_mut!(timer);
+    matches!(select(rx, timer).await, Either::Left((Ok(()), _)))
 }
 
 fn leases<T>(f: impl FnOnce(&mut LeaseLedger) -> T) -> T {
@@ -101,7 +124,17 @@ async fn admit_to(
     max_wait_ms: u64,
 ) -> Admit {
     let need = Amounts::request(estimate.input, estimate.output);
-    let Decision { local, ask } = leases(|c| c.admit(object, limits, need, now_ms()));
+    let deadline_ms = now_ms() + MAX_ASK_WAIT_MS;
+    let mut decision = leases(|c| c.admit(object, limits, need, now_ms()));
+    // An ask in flight: its answer will likely cover this request without a call of its own.
+    while let Some(until_ms) = decision.wait_until_ms {
+        let until_ms = until_ms.min(deadline_ms);
+        let now = now_ms();
+        let ended = until_ms > now && wait_for_ask(object, until_ms - now).await;
+        let now = now_ms();
+        decision = leases(|c| c.admit_again(object, limits, need, now, ended && now < deadline_ms));
+    }
+    let Decision { local, ask, .. } = decision;
     if let Some(local) = local {
         if let Some(ask) = ask {
             ctx.wait_until(renew(env.clone(), object.to_string(), limits.clone(), ask));
@@ -116,6 +149,7 @@ async fn admit_to(
         Err(e) => {
             if let Some(ask) = &ask {
                 leases(|c| c.ask_lost(object, &ask.id));
+                ask_ended(object);
             }
             log_unreachable(object, &e.to_string());
             return Admit::Admitted(unlimited());
@@ -159,6 +193,7 @@ async fn admit_to(
                     c.ask_lost(object, &ask.id);
                 }
             });
+            ask_ended(object);
             log_unreachable(object, &e.to_string());
             Admit::Admitted(unlimited())
         }
@@ -180,6 +215,7 @@ fn spare_the_object(
     if let Some((code, retry_after_ms)) = leases(|c| c.held_off(object, max_wait_ms, now_ms())) {
         if let Some(ask) = ask {
             leases(|c| c.ask_lost(object, &ask.id));
+            ask_ended(object);
         }
         return Some(Admit::Refused { code, retry_after_ms });
     }
@@ -250,6 +286,7 @@ fn on_lease_answer(ctx: &Context, env: &Env, object: &str, limits: &Limits, id: 
             }
         }
     }
+    ask_ended(object);
 }
 
 fn install(object: &str, limits: &Limits, id: &str, grant: &LeaseGrant) -> Option<u64> {
@@ -260,6 +297,7 @@ fn install(object: &str, limits: &Limits, id: &str, grant: &LeaseGrant) -> Optio
 async fn renew(env: Env, object: String, limits: Limits, ask: LeaseAsk) {
     let Some(stub) = stub_for(&env, &object) else {
         leases(|c| c.ask_lost(&object, &ask.id));
+        ask_ended(&object);
         return;
     };
     let tally = leases(|c| c.take_tally(&object, now_ms()));
@@ -267,12 +305,16 @@ async fn renew(env: Env, object: String, limits: Limits, ask: LeaseAsk) {
         LeaseRequest { id: ask.id.clone(), want: ask.want, limits: Some(limits.clone()), tally: tally.clone() };
     match client::lease(&stub, request).await {
         Ok(LeaseDecision::Granted(grant)) => {
-            if let Some(expires_ms) = install(&object, &limits, &ask.id, &grant) {
+            let expires_ms = install(&object, &limits, &ask.id, &grant);
+            ask_ended(&object);
+            if let Some(expires_ms) = expires_ms {
                 hand_back_at(env, object, expires_ms).await;
             }
         }
         Ok(LeaseDecision::Refused { code, retry_after_ms }) => {
-            if leases(|c| c.refused(&object, &ask.id, code, retry_after_ms, now_ms())) {
+            let report_due = leases(|c| c.refused(&object, &ask.id, code, retry_after_ms, now_ms()));
+            ask_ended(&object);
+            if report_due {
                 report(&stub, &object).await;
             }
         }
@@ -282,6 +324,7 @@ async fn renew(env: Env, object: String, limits: Limits, ask: LeaseAsk) {
                 c.unreachable(&object, now_ms());
                 c.ask_lost(&object, &ask.id);
             });
+            ask_ended(&object);
             log_failed("limiter_lease_failed", &object, &e.to_string());
         }
     }

@@ -13,6 +13,9 @@
 //!   rate (the last second's, or in a burst the last tenth's), for what a slice's life needs
 //!   less what the slices will still serve. One ask in flight at a time, and only for a rate
 //!   worth leasing; how much and when are `lease_policy`'s decisions.
+//! - A request no slice covers while an ask is in flight waits for that answer instead of
+//!   calling the object itself (its own admit would queue behind the ask): a busy isolate that
+//!   ran dry, or a cold one, costs the object one call, not one per request.
 //! - A refusal for room is repeated locally for a moment, and a failed call backs off (fail
 //!   open without calling): both spare an object at its limit or overloaded.
 //! - Slices are used oldest first and only until [`EXPIRY_MARGIN_MS`] before their TTL ends;
@@ -40,6 +43,10 @@ pub const ASK_TIMEOUT_MS: u64 = 5_000;
 pub const MIN_WANT: u64 = policy::MIN_SLICE;
 /// ...and at most this many.
 pub const MAX_WANT: u64 = 10_000;
+
+/// A request waits for asks in flight (one, or the next after a grant too small for it) at
+/// most this long in all: an admit of its own would queue behind them at the object anyway.
+pub const MAX_ASK_WAIT_MS: u64 = ASK_TIMEOUT_MS;
 
 /// After a health refusal (breaker, pause) no lease is asked for during at most this long.
 pub const MAX_QUIET_MS: u64 = 5_000;
@@ -100,6 +107,9 @@ pub struct LocalAdmit {
 pub struct Decision {
     pub local: Option<LocalAdmit>,
     pub ask: Option<LeaseAsk>,
+    /// Neither: an ask is in flight (given up then); wait for its answer, at most
+    /// [`MAX_ASK_WAIT_MS`] from the request's arrival, and call [`LeaseLedger::admit_again`].
+    pub wait_until_ms: Option<u64>,
 }
 
 /// After a local settle: nothing to send, or a tally to send to the object now.
@@ -240,6 +250,10 @@ struct Local {
     hold: Option<Hold>,
     /// A call to the object failed: requests fail open without calling it until then.
     unreachable_until_ms: u64,
+    /// Requests the ask in flight wants.
+    asked_requests: u64,
+    /// The last grant was cut short for want of room: no waiting for asks until then.
+    short_until_ms: u64,
 }
 
 /// A refusal for want of room, repeated locally for a short while.
@@ -354,6 +368,18 @@ impl Local {
         self.demand.times(need.saturating_sub(self.supply(now_ms)).max(1))
     }
 
+    /// When the ask in flight will be given up, if one is.
+    fn ask_expected_by(&self, now_ms: u64) -> Option<u64> {
+        let (id, since) = self.asking.as_ref()?;
+        // Unhealthy, unreachable or short of room: no grant will cover the waiters, so requests
+        // take their usual path (an admit may wait in line for the refill).
+        let hopeless = now_ms < self.quiet_until_ms.max(self.unreachable_until_ms).max(self.short_until_ms);
+        if hopeless || self.void.as_deref() == Some(id.as_str()) {
+            return None;
+        }
+        Some(since + ASK_TIMEOUT_MS).filter(|&by| by > now_ms)
+    }
+
     /// An answer to the ask in flight: its round trip is a sample.
     fn answered(&mut self, id: &str, now_ms: u64) {
         if let Some((_, since)) = self.asking.take_if(|(asked, _)| asked == id) {
@@ -397,8 +423,25 @@ impl LeaseLedger {
 
     /// Admits locally if a slice covers `need`, and says whether to ask for a lease now.
     pub fn admit(&mut self, deployment: &str, limits: &Limits, need: Amounts, now_ms: u64) -> Decision {
+        local_in(&mut self.deployments, deployment).demand.record(need, now_ms);
+        self.decide(deployment, limits, need, now_ms, true)
+    }
+
+    /// The same request again after waiting for an ask (not counted twice in the rate);
+    /// `may_wait` is false once it waited [`MAX_ASK_WAIT_MS`].
+    pub fn admit_again(
+        &mut self,
+        deployment: &str,
+        limits: &Limits,
+        need: Amounts,
+        now_ms: u64,
+        may_wait: bool,
+    ) -> Decision {
+        self.decide(deployment, limits, need, now_ms, may_wait)
+    }
+
+    fn decide(&mut self, deployment: &str, limits: &Limits, need: Amounts, now_ms: u64, may_wait: bool) -> Decision {
         let local = local_in(&mut self.deployments, deployment);
-        local.demand.record(need, now_ms);
         local.retire(|s| s.expires_ms > now_ms && s.limits == *limits);
         if !leasable(limits) {
             return Decision::default();
@@ -408,9 +451,13 @@ impl LeaseLedger {
             let id = format!("{}.{}", self.prefix, self.next_id);
             self.next_id += 1;
             local.asking = Some((id.clone(), now_ms));
-            LeaseAsk { id, want: local.want(limits, now_ms) }
+            let want = local.want(limits, now_ms);
+            local.asked_requests = want.requests;
+            LeaseAsk { id, want }
         });
-        Decision { local: admitted, ask }
+        let waits = admitted.is_none() && ask.is_none() && may_wait;
+        let wait_until_ms = if waits { local.ask_expected_by(now_ms) } else { None };
+        Decision { local: admitted, ask, wait_until_ms }
     }
 
     /// Admits locally only, asking nothing (after the object refused: a lease granted meanwhile
@@ -432,6 +479,9 @@ impl LeaseLedger {
         now_ms: u64,
     ) -> Option<u64> {
         let local = self.local(deployment);
+        if local.asking.as_ref().is_some_and(|(asked, _)| asked == id) && grant.grant.requests < local.asked_requests {
+            local.short_until_ms = now_ms + limiter::leases::LEASE_RETRY_MS;
+        }
         local.answered(id, now_ms);
         if grant.grant.requests == 0 {
             return None;

@@ -142,20 +142,21 @@ async fn flush(env: Env, lines: Lines) {
     let items = std::mem::take(&mut *lines.borrow_mut());
     let lines = lines_of(&env, items).await;
     let bodies = export::pack(&lines, MAX_MESSAGE_BYTES);
-    let mut unsent: Vec<(u64, String)> = Vec::new();
+    let mut unsent: Vec<String> = Vec::new();
     let mut error = String::new();
     for call in export::calls(bodies, MAX_CALL_MESSAGES, MAX_CALL_BYTES) {
         match send_with_retries(&env, &call).await {
             Ok(()) => {}
             Err(e) => {
                 error = e;
-                unsent.extend(lines.iter().filter(|(_, l)| call.iter().any(|b| holds_line(b, l))).cloned());
+                // A body is its lines joined by `\n` (no JSON line holds a raw one).
+                unsent.extend(call.iter().flat_map(|b| b.split('\n').map(str::to_string)));
             }
         }
     }
     // One bad event must not take the others with it: what failed is split, each event sent alone.
     let several = lines.len() > 1;
-    for (_, line) in &unsent {
+    for line in &unsent {
         let alone = if several { send_batch_once(&env, std::slice::from_ref(line)).await } else { Err(error.clone()) };
         if let Err(error) = alone {
             let usage: serde_json::Value = serde_json::from_str(line).unwrap_or(serde_json::Value::Null);
@@ -179,11 +180,6 @@ extern "C" {
     /// `sendBatch` of each `\u{1e}`-separated body as a text message.
     #[wasm_bindgen(catch)]
     fn send_lines(env: &Env, name: &str, text: &str) -> Result<js_sys::Promise, JsValue>;
-}
-
-/// Whether a packed message body holds `line` as one of its lines.
-fn holds_line(body: &str, line: &str) -> bool {
-    body.split('\n').any(|l| l == line)
 }
 
 async fn send_with_retries(env: &Env, bodies: &[String]) -> Result<(), String> {

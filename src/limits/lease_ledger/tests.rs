@@ -653,3 +653,78 @@ fn a_long_round_trip_renews_earlier() {
     let far = ask_at(400);
     assert!(far - 400 < near - 10, "far asks sooner after its grant: {} vs {}", far - T0 - 400, near - T0 - 10);
 }
+
+// --- waiting for an ask in flight ---
+
+#[test]
+fn a_request_no_slice_covers_waits_for_the_ask_in_flight_and_then_admits_locally() {
+    let mut c = LeaseLedger::new("iso");
+    let limits = rpm(100_000);
+    let ask = c.admit(DEP, &limits, need(1), T0).ask.expect("a large limit asks with the first request");
+    // A cold isolate: its second and third requests wait for that answer instead of calling.
+    for i in 1..3 {
+        let d = c.admit(DEP, &limits, need(1), T0 + i);
+        assert_eq!((d.local.is_none(), d.ask.is_none()), (true, true));
+        assert_eq!(d.wait_until_ms, Some(T0 + MAX_ASK_WAIT_MS), "at most until the ask is given up");
+    }
+    c.granted(DEP, &ask.id, &limits, &grant(20, 0), T0 + 60).expect("a slice");
+    let d = c.admit_again(DEP, &limits, need(1), T0 + 60, true);
+    assert!(d.local.is_some(), "the grant covers the waiter");
+    assert_eq!(d.wait_until_ms, None);
+}
+
+#[test]
+fn waiters_a_grant_does_not_cover_wait_for_the_next_ask() {
+    let mut c = LeaseLedger::new("iso");
+    let limits = rpm(100_000);
+    let ask = c.admit(DEP, &limits, need(1), T0).ask.unwrap();
+    for i in 1..30 {
+        assert!(c.admit(DEP, &limits, need(1), T0 + i).wait_until_ms.is_some());
+    }
+    c.granted(DEP, &ask.id, &limits, &grant(ask.want.requests, 0), T0 + 60);
+    let (mut local, mut waiting, mut asks) = (0, 0, Vec::new());
+    for _ in 1..30 {
+        let d = c.admit_again(DEP, &limits, need(1), T0 + 60, true);
+        asks.extend(d.ask);
+        match (d.local.is_some(), d.wait_until_ms.is_some()) {
+            (true, false) => local += 1,
+            (false, true) => waiting += 1,
+            other => panic!("neither admitted nor waiting: {other:?}"),
+        }
+    }
+    // The grant covers what it holds; one request asks again (the renewal) and the rest wait for it.
+    assert_eq!((local, waiting), (ask.want.requests, 29 - ask.want.requests));
+    assert_eq!(asks.len(), 1);
+}
+
+#[test]
+fn no_waiting_once_the_wait_is_spent_or_no_grant_will_cover() {
+    let limits = rpm(100_000);
+    let asking = || {
+        let mut c = LeaseLedger::new("iso");
+        let ask = c.admit(DEP, &limits, need(1), T0).ask.unwrap();
+        (c, ask)
+    };
+    let (mut c, _) = asking();
+    assert_eq!(c.admit_again(DEP, &limits, need(1), T0 + 5, false).wait_until_ms, None, "its wait is spent");
+    assert_eq!(c.admit(DEP, &limits, need(1), T0 + MAX_ASK_WAIT_MS).wait_until_ms, None, "the ask is given up");
+
+    let (mut c, _) = asking();
+    c.unreachable(DEP, T0 + 1);
+    assert_eq!(c.admit(DEP, &limits, need(1), T0 + 2).wait_until_ms, None, "unreachable: fail open, as before");
+
+    let (mut c, _) = asking();
+    c.unhealthy(DEP, 1_000, T0 + 1);
+    assert_eq!(c.admit(DEP, &limits, need(1), T0 + 2).wait_until_ms, None, "unhealthy: the object decides");
+
+    // A grant cut short for room: the next ask's waiters would wait for crumbs.
+    let (mut c, ask) = asking();
+    c.granted(DEP, &ask.id, &limits, &grant(ask.want.requests - 1, 0), T0 + 50);
+    let asked: Vec<_> =
+        (0..ask.want.requests).filter_map(|i| c.admit(DEP, &limits, need(1), T0 + 51 + i).ask).collect();
+    assert_eq!(asked.len(), 1, "the slice drained and a renewal is in flight");
+    let d = c.admit(DEP, &limits, need(1), T0 + 300);
+    assert_eq!((d.local, d.wait_until_ms), (None, None), "to the object, which may queue it for the refill");
+    let later = T0 + 50 + limiter::leases::LEASE_RETRY_MS;
+    assert!(c.admit(DEP, &limits, need(1), later).wait_until_ms.is_some(), "a while later, waiting again");
+}

@@ -11,7 +11,7 @@
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};
 
-use edge_gateway::limits::lease_ledger::{LeaseLedger, SettleAction, Ticket, MAX_QUIET_MS};
+use edge_gateway::limits::lease_ledger::{Decision, LeaseLedger, SettleAction, Ticket, MAX_ASK_WAIT_MS, MAX_QUIET_MS};
 use edge_gateway::usage::output_history::OutputHistory;
 use edge_gateway::usage::record::Ingress;
 use limiter::breaker::BreakerState;
@@ -56,16 +56,46 @@ enum Held {
 }
 
 enum Event {
-    Batch { location: usize },
-    Rearm { location: usize },
-    Arrive { slot: usize },
-    AtObject { isolate: usize, message: Box<LimiterRequest>, pending: Pending },
+    Batch {
+        location: usize,
+    },
+    Rearm {
+        location: usize,
+    },
+    Arrive {
+        slot: usize,
+    },
+    AtObject {
+        isolate: usize,
+        message: Box<LimiterRequest>,
+        pending: Pending,
+    },
     Serve,
-    Reply { isolate: usize, response: LimiterResponse, pending: Pending },
-    Failed { isolate: usize, pending: Pending },
-    Finish { isolate: usize, request: Request, held: Held },
-    Watch { isolate: usize },
-    Retire { slot: usize },
+    Reply {
+        isolate: usize,
+        response: LimiterResponse,
+        pending: Pending,
+    },
+    Failed {
+        isolate: usize,
+        pending: Pending,
+    },
+    Finish {
+        isolate: usize,
+        request: Request,
+        held: Held,
+    },
+    /// A request's wait for an ask in flight is over (if it still waits).
+    WaitOver {
+        isolate: usize,
+        request: u64,
+    },
+    Watch {
+        isolate: usize,
+    },
+    Retire {
+        slot: usize,
+    },
     Snapshot,
     Restart,
     Tick,
@@ -106,6 +136,8 @@ struct Isolate {
     location: usize,
     ledger: LeaseLedger,
     history: OutputHistory,
+    /// Requests waiting for the answer to this isolate's ask in flight.
+    waiting: Vec<Request>,
 }
 
 /// The limiter object: its state machine, its queue of calls, and its last written snapshot.
@@ -266,6 +298,13 @@ impl World {
             Event::Reply { isolate, response, pending } => self.reply(isolate, response, pending),
             Event::Failed { isolate, pending } => self.failed(isolate, pending),
             Event::Finish { isolate, request, held } => self.finish(isolate, request, held),
+            Event::WaitOver { isolate, request } => {
+                let waiting = &mut self.isolates[isolate].waiting;
+                if let Some(i) = waiting.iter().position(|r| r.id == request) {
+                    let request = waiting.remove(i);
+                    self.admit_again(isolate, request, false);
+                }
+            }
             Event::Watch { isolate } => {
                 let now = self.now_ms();
                 if self.isolates[isolate].ledger.expire(DEP, now) {
@@ -383,6 +422,40 @@ impl World {
         rec.offered(elapsed, real);
         let (now, limits) = (self.now_ms(), self.config.limits.clone());
         let decision = self.isolates[isolate].ledger.admit(DEP, &limits, request.need, now);
+        self.proceed(isolate, request, decision);
+    }
+
+    /// A request that waited for an ask, decided again.
+    fn admit_again(&mut self, isolate: usize, request: Request, may_wait: bool) {
+        let (now, limits) = (self.now_ms(), self.config.limits.clone());
+        let may_wait = may_wait && now < self.wait_deadline_ms(&request);
+        let decision = self.isolates[isolate].ledger.admit_again(DEP, &limits, request.need, now, may_wait);
+        self.proceed(isolate, request, decision);
+    }
+
+    fn wait_deadline_ms(&self, request: &Request) -> u64 {
+        T0_MS + request.arrival_us / 1_000 + MAX_ASK_WAIT_MS
+    }
+
+    /// Every request waiting for this isolate's ask is decided again: its answer came.
+    fn wake(&mut self, isolate: usize) {
+        for request in std::mem::take(&mut self.isolates[isolate].waiting) {
+            self.admit_again(isolate, request, true);
+        }
+    }
+
+    /// Follows the ledger's decision for one request, as `admission::admit_to` does.
+    fn proceed(&mut self, isolate: usize, request: Request, decision: Decision) {
+        let now = self.now_ms();
+        if let Some(until) = decision.wait_until_ms {
+            let until = until.min(self.wait_deadline_ms(&request));
+            if until > now {
+                let id = request.id;
+                self.isolates[isolate].waiting.push(request);
+                self.at((until - T0_MS) * 1_000, Event::WaitOver { isolate, request: id });
+                return;
+            }
+        }
         if let Some(local) = decision.local {
             if let Some(ask) = decision.ask {
                 self.send_lease(isolate, ask);
@@ -390,7 +463,7 @@ impl World {
             self.admitted_locally(isolate, request, local.ticket);
             return;
         }
-        let max_wait_ms = self.config.max_wait_ms;
+        let (max_wait_ms, limits) = (self.config.max_wait_ms, self.config.limits.clone());
         if let Some((_code, _retry)) = self.isolates[isolate].ledger.held_off(DEP, max_wait_ms, now) {
             if let Some(ask) = &decision.ask {
                 self.isolates[isolate].ledger.ask_lost(DEP, &ask.id);
@@ -569,6 +642,7 @@ impl World {
                 }
             }
         }
+        self.wake(isolate);
     }
 
     /// The object could not be reached: what the message carried is kept for the next one, and
@@ -580,15 +654,20 @@ impl World {
         match pending {
             Pending::Admit { request, ask, tally } => {
                 ledger.restore_tally(DEP, tally);
+                let asked = ask.is_some();
                 if let Some(ask) = ask {
                     ledger.ask_lost(DEP, &ask.id);
                 }
                 self.recorder.waited_ms.push(((self.now_us - request.arrival_us) / 1_000) as u32);
                 self.fail_open(isolate, request);
+                if asked {
+                    self.wake(isolate);
+                }
             }
             Pending::Lease { ask, tally } => {
                 ledger.restore_tally(DEP, tally);
                 ledger.ask_lost(DEP, &ask);
+                self.wake(isolate);
             }
             Pending::Settle { tally } | Pending::Report { tally } => ledger.restore_tally(DEP, tally),
         }
@@ -603,6 +682,9 @@ impl World {
 
     fn admitted_locally(&mut self, isolate: usize, request: Request, ticket: Ticket) {
         self.recorder.local += 1;
+        if self.now_us > request.arrival_us {
+            self.recorder.waited_ms.push(((self.now_us - request.arrival_us) / 1_000) as u32);
+        }
         let tokens = request.real.input + request.real.output;
         self.recorder.used(self.elapsed_ms(), tokens);
         self.after_ms(request.duration_ms, Event::Finish { isolate, request, held: Held::Local(ticket) });
@@ -634,6 +716,11 @@ impl World {
 
 impl Isolate {
     fn new(location: usize, index: usize) -> Self {
-        Isolate { location, ledger: LeaseLedger::new(&format!("i{index}")), history: OutputHistory::default() }
+        Isolate {
+            location,
+            ledger: LeaseLedger::new(&format!("i{index}")),
+            history: OutputHistory::default(),
+            waiting: Vec::new(),
+        }
     }
 }

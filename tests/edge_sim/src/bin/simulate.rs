@@ -35,5 +35,8 @@ fn main() {
             status.calls,
             status.leases.counts
         );
+        if std::env::var_os("SIM_SECONDS").is_some() {
+            eprintln!("calls per second: {:?}", world.recorder.calls_per_s);
+        }
     }
 }
