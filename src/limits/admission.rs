@@ -25,8 +25,7 @@ use crate::limits::refusal::{LimitScope, Refusal};
 use crate::providers::{ErrorClass, UpstreamError};
 use crate::support::clock::now_ms;
 use crate::usage::estimate::TokenEstimate;
-use futures::channel::oneshot;
-use futures::future::{join_all, select, Either};
+use futures::future::join_all;
 use limiter::breaker::BreakerState;
 use limiter::client;
 use limiter::limits::{Amounts, Limits};
@@ -35,7 +34,6 @@ use limiter::protocol::{
     LeaseRequest, Outcome, RejectCode, ReleaseRequest, SettleRequest, TokenUsage, UpstreamSignals,
 };
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 use worker::{Context, Env, Stub};
@@ -44,25 +42,28 @@ pub const LIMITER_BINDING: &str = "LIMITER";
 
 thread_local! {
     static LEASES: RefCell<LeaseLedger> = RefCell::new(LeaseLedger::new(&format!("{:016x}", random_u64())));
-    /// Requests waiting for an object's ask in flight, woken when it is answered.
-    static ASK_WAITERS: RefCell<HashMap<String, Vec<oneshot::Sender<()>>>> = RefCell::default();
 }
 
-/// Wakes the requests waiting for `object`'s ask: it was answered or given up.
-fn ask_ended(object: &str) {
-    let waiters = ASK_WAITERS.with(|w| w.borrow_mut().remove(object));
-    for waiter in waiters.into_iter().flatten() {
-        let _ = waiter.send(());
+/// The longest step between two looks at an ask a request waits for.
+const ASK_POLL_MAX_MS: u64 = 16;
+
+/// Waits until `object`'s ask in flight ends (answered or given up), at most until `until_ms`;
+/// says whether it ended. It looks on timers of its own: a waker from the request that gets the
+/// answer would resume this request in that one's I/O context, which workerd refuses.
+async fn wait_for_ask(object: &str, until_ms: u64) -> bool {
+    let asked = leases(|c| c.ask_in_flight(object).map(str::to_string));
+    let mut step_ms = 1;
+    loop {
+        let now = now_ms();
+        if now >= until_ms {
+            return false;
+        }
+        worker::Delay::from(Duration::from_millis(step_ms.min(until_ms - now))).await;
+        if leases(|c| c.ask_in_flight(object).map(str::to_string)) != asked {
+            return true;
+        }
+        step_ms = (step_ms * 2).min(ASK_POLL_MAX_MS);
     }
-}
-
-/// Waits for `object`'s ask in flight for at most `ms`; says whether it ended meanwhile.
-async fn wait_for_ask(object: &str, ms: u64) -> bool {
-    let (tx, rx) = oneshot::channel();
-    ASK_WAITERS.with(|w| w.borrow_mut().entry(object.to_string()).or_default().push(tx));
-    let timer = worker::Delay::from(Duration::from_millis(ms));
-    futures::pin_mut!(timer);
-    matches!(select(rx, timer).await, Either::Left((Ok(()), _)))
 }
 
 fn leases<T>(f: impl FnOnce(&mut LeaseLedger) -> T) -> T {
@@ -130,7 +131,7 @@ async fn admit_to(
     while let Some(until_ms) = decision.wait_until_ms {
         let until_ms = until_ms.min(deadline_ms);
         let now = now_ms();
-        let ended = until_ms > now && wait_for_ask(object, until_ms - now).await;
+        let ended = until_ms > now && wait_for_ask(object, until_ms).await;
         let now = now_ms();
         decision = leases(|c| c.admit_again(object, limits, need, now, ended && now < deadline_ms));
     }
@@ -149,7 +150,6 @@ async fn admit_to(
         Err(e) => {
             if let Some(ask) = &ask {
                 leases(|c| c.ask_lost(object, &ask.id));
-                ask_ended(object);
             }
             log_unreachable(object, &e.to_string());
             return Admit::Admitted(unlimited());
@@ -193,7 +193,6 @@ async fn admit_to(
                     c.ask_lost(object, &ask.id);
                 }
             });
-            ask_ended(object);
             log_unreachable(object, &e.to_string());
             Admit::Admitted(unlimited())
         }
@@ -215,7 +214,6 @@ fn spare_the_object(
     if let Some((code, retry_after_ms)) = leases(|c| c.held_off(object, max_wait_ms, now_ms())) {
         if let Some(ask) = ask {
             leases(|c| c.ask_lost(object, &ask.id));
-            ask_ended(object);
         }
         return Some(Admit::Refused { code, retry_after_ms });
     }
@@ -286,7 +284,6 @@ fn on_lease_answer(ctx: &Context, env: &Env, object: &str, limits: &Limits, id: 
             }
         }
     }
-    ask_ended(object);
 }
 
 fn install(object: &str, limits: &Limits, id: &str, grant: &LeaseGrant) -> Option<u64> {
@@ -297,7 +294,6 @@ fn install(object: &str, limits: &Limits, id: &str, grant: &LeaseGrant) -> Optio
 async fn renew(env: Env, object: String, limits: Limits, ask: LeaseAsk) {
     let Some(stub) = stub_for(&env, &object) else {
         leases(|c| c.ask_lost(&object, &ask.id));
-        ask_ended(&object);
         return;
     };
     let tally = leases(|c| c.take_tally(&object, now_ms()));
@@ -305,16 +301,12 @@ async fn renew(env: Env, object: String, limits: Limits, ask: LeaseAsk) {
         LeaseRequest { id: ask.id.clone(), want: ask.want, limits: Some(limits.clone()), tally: tally.clone() };
     match client::lease(&stub, request).await {
         Ok(LeaseDecision::Granted(grant)) => {
-            let expires_ms = install(&object, &limits, &ask.id, &grant);
-            ask_ended(&object);
-            if let Some(expires_ms) = expires_ms {
+            if let Some(expires_ms) = install(&object, &limits, &ask.id, &grant) {
                 hand_back_at(env, object, expires_ms).await;
             }
         }
         Ok(LeaseDecision::Refused { code, retry_after_ms }) => {
-            let report_due = leases(|c| c.refused(&object, &ask.id, code, retry_after_ms, now_ms()));
-            ask_ended(&object);
-            if report_due {
+            if leases(|c| c.refused(&object, &ask.id, code, retry_after_ms, now_ms())) {
                 report(&stub, &object).await;
             }
         }
@@ -324,7 +316,6 @@ async fn renew(env: Env, object: String, limits: Limits, ask: LeaseAsk) {
                 c.unreachable(&object, now_ms());
                 c.ask_lost(&object, &ask.id);
             });
-            ask_ended(&object);
             log_failed("limiter_lease_failed", &object, &e.to_string());
         }
     }

@@ -677,6 +677,11 @@ impl LeaseLedger {
         self.deployments.get(deployment).is_some_and(|l| now_ms < l.unreachable_until_ms)
     }
 
+    /// The id of the ask in flight for `deployment`, if any.
+    pub fn ask_in_flight(&self, deployment: &str) -> Option<&str> {
+        self.deployments.get(deployment)?.asking.as_ref().map(|(id, _)| id.as_str())
+    }
+
     /// What this isolate holds for `deployment` (tests and diagnostics).
     pub fn held(&self, deployment: &str) -> Delta {
         self.deployments.get(deployment).map(Local::held).unwrap_or_default()

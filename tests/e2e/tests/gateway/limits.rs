@@ -152,6 +152,34 @@ fn a_burst_to_a_roomy_deployment_admits_locally_against_leases() {
 }
 
 #[test]
+fn concurrent_requests_to_a_cold_isolate_wait_for_its_first_lease_instead_of_each_calling() {
+    let s = stack();
+    let n = 40;
+    let start = std::sync::Arc::new(std::sync::Barrier::new(n));
+    let handles: Vec<_> = (0..n)
+        .map(|_| {
+            let start = start.clone();
+            std::thread::spawn(move || {
+                start.wait();
+                post(&stack().url("/v1/chat/completions"), KEY, &hello("leased-cold"))
+            })
+        })
+        .collect();
+    for (i, r) in handles.into_iter().map(|h| h.join().unwrap()).enumerate() {
+        assert_eq!(r.status, 200, "request {i}: {}", r.body);
+    }
+    assert_eq!(s.mock_calls("e2e-leased-cold"), n as u64);
+    let after = limiter_status("oa-leased-cold");
+    let admits = after["calls"]["admit"].as_u64().unwrap_or(0);
+    // The first request admits with the object and asks for a lease alongside; the others wait
+    // for that answer (or a renewal's) and admit against the slice. Each request calling on its
+    // own would make up to 40 admits and 40 settles.
+    eprintln!("{n} concurrent requests to a cold deployment: {admits} admits; {after}");
+    assert!(admits <= 4, "{admits} admits for {n} concurrent requests: {after}");
+    assert!(round_trips(&after) <= 12, "{} round trips: {after}", round_trips(&after));
+}
+
+#[test]
 fn a_second_tenant_keeps_its_share_while_the_first_floods() {
     let s = stack();
     let url = s.url("/v1/chat/completions");
