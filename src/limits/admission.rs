@@ -19,7 +19,8 @@ use crate::config;
 use crate::config::keys;
 use crate::config::routes::Deployment;
 use crate::limits::lease_ledger::{
-    Decision, LeaseLedger, LocalAdmit, SettleAction, Ticket, MAX_ASK_WAIT_MS, MAX_QUIET_MS,
+    Decision, LeaseLedger, LocalAdmit, SettleAction, Ticket, ASK_POLL_FIRST_MS, ASK_POLL_MAX_MS, MAX_ASK_WAIT_MS,
+    MAX_QUIET_MS,
 };
 use crate::limits::refusal::{LimitScope, Refusal};
 use crate::providers::{ErrorClass, UpstreamError};
@@ -44,25 +45,38 @@ thread_local! {
     static LEASES: RefCell<LeaseLedger> = RefCell::new(LeaseLedger::new(&format!("{:016x}", random_u64())));
 }
 
-/// The longest step between two looks at an ask a request waits for.
-const ASK_POLL_MAX_MS: u64 = 16;
-
-/// Waits until `object`'s ask in flight ends (answered or given up), at most until `until_ms`;
-/// says whether it ended. It looks on timers of its own: a waker from the request that gets the
-/// answer would resume this request in that one's I/O context, which workerd refuses.
+/// Waits until `object`'s ask in flight ends or anything else changes what a waiting request may
+/// get (see `LeaseLedger::changes`), at most until `until_ms`; says whether it did. It looks on
+/// timers of its own: a waker from the request that gets the answer would resume this request
+/// in that one's I/O context, which workerd refuses.
 async fn wait_for_ask(object: &str, until_ms: u64) -> bool {
-    let asked = leases(|c| c.ask_in_flight(object).map(str::to_string));
-    let mut step_ms = 1;
+    let seen = leases(|c| c.changes(object));
+    let mut step_ms = ASK_POLL_FIRST_MS;
     loop {
         let now = now_ms();
         if now >= until_ms {
             return false;
         }
         worker::Delay::from(Duration::from_millis(step_ms.min(until_ms - now))).await;
-        if leases(|c| c.ask_in_flight(object).map(str::to_string)) != asked {
+        if leases(|c| c.changes(object)) != seen {
             return true;
         }
         step_ms = (step_ms * 2).min(ASK_POLL_MAX_MS);
+    }
+}
+
+/// Gives up the ask an object admit carries if the request is dropped before the answer (a
+/// client gone): requests waiting for that ask then ask for themselves instead of waiting it out.
+struct AskInFlight<'a> {
+    object: &'a str,
+    id: Option<String>,
+}
+
+impl Drop for AskInFlight<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            leases(|c| c.ask_lost(self.object, &id));
+        }
     }
 }
 
@@ -165,7 +179,10 @@ async fn admit_to(
         tally: tally.clone(),
         tenant: tenant.map(str::to_string),
     };
-    match client::admit(&stub, request).await {
+    let mut carried = AskInFlight { object, id: ask.as_ref().map(|a| a.id.clone()) };
+    let answer = client::admit(&stub, request).await;
+    carried.id = None;
+    match answer {
         Ok(AdmitDecision::Admitted { start_after_ms, remaining_requests, remaining_tokens, lease, .. }) => {
             if let Some(ask) = ask {
                 let answer = match lease {

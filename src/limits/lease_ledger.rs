@@ -47,6 +47,10 @@ pub const MAX_WANT: u64 = 10_000;
 /// A request waits for asks in flight (one, or the next after a grant too small for it) at
 /// most this long in all: an admit of its own would queue behind them at the object anyway.
 pub const MAX_ASK_WAIT_MS: u64 = ASK_TIMEOUT_MS;
+/// A waiting request looks at the ledger after this long, then twice as long each time up to
+/// [`ASK_POLL_MAX_MS`] (the worker cannot be woken by the request that gets the answer).
+pub const ASK_POLL_FIRST_MS: u64 = 1;
+pub const ASK_POLL_MAX_MS: u64 = 16;
 
 /// After a health refusal (breaker, pause) no lease is asked for during at most this long.
 pub const MAX_QUIET_MS: u64 = 5_000;
@@ -254,6 +258,8 @@ struct Local {
     asked_requests: u64,
     /// The last grant was cut short for want of room: no waiting for asks until then.
     short_until_ms: u64,
+    /// Counts changes a waiting request may be admitted after (answers, slices back, refunds).
+    changes: u64,
 }
 
 /// A refusal for want of room, repeated locally for a short while.
@@ -280,6 +286,7 @@ impl Local {
 
     /// Stops every local admission: slices go back, and so will the grant of an ask in flight.
     fn retire_all(&mut self) -> bool {
+        self.changes += 1;
         if let Some((id, _)) = self.asking.take() {
             self.void = Some(id);
         }
@@ -372,8 +379,9 @@ impl Local {
     fn ask_expected_by(&self, now_ms: u64) -> Option<u64> {
         let (id, since) = self.asking.as_ref()?;
         // Unhealthy, unreachable or short of room: no grant will cover the waiters, so requests
-        // take their usual path (an admit may wait in line for the refill).
-        let hopeless = now_ms < self.quiet_until_ms.max(self.unreachable_until_ms).max(self.short_until_ms);
+        // take their usual path (an admit may wait in line for the refill, a hold refuses).
+        let held = self.hold.is_some_and(|h| now_ms < h.until_ms);
+        let hopeless = held || now_ms < self.quiet_until_ms.max(self.unreachable_until_ms).max(self.short_until_ms);
         if hopeless || self.void.as_deref() == Some(id.as_str()) {
             return None;
         }
@@ -382,6 +390,7 @@ impl Local {
 
     /// An answer to the ask in flight: its round trip is a sample.
     fn answered(&mut self, id: &str, now_ms: u64) {
+        self.changes += 1;
         if let Some((_, since)) = self.asking.take_if(|(asked, _)| asked == id) {
             self.round_trip_ms = Some(policy::blend_round_trip(self.round_trip_ms, now_ms.saturating_sub(since)));
         }
@@ -517,6 +526,7 @@ impl LeaseLedger {
         let local = self.local(deployment);
         if local.asking.as_ref().is_some_and(|(asked, _)| asked == id) {
             local.asking = None;
+            local.changes += 1;
         }
     }
 
@@ -540,7 +550,10 @@ impl LeaseLedger {
             };
             let refund = Delta::between(ticket.taken, actual);
             match local.slices.iter_mut().find(|s| s.id == ticket.lease) {
-                Some(slice) => slice.left = slice.left.plus(refund),
+                Some(slice) => {
+                    slice.left = slice.left.plus(refund);
+                    local.changes += 1;
+                }
                 None => local.tally.adjust = local.tally.adjust.plus(refund),
             }
         }
@@ -568,6 +581,7 @@ impl LeaseLedger {
         let back = Delta::between(ticket.taken, Amounts::default());
         if let Some(slice) = local.slices.iter_mut().find(|s| s.id == ticket.lease) {
             slice.left = slice.left.plus(back);
+            local.changes += 1;
             return SettleAction::Done;
         }
         match local.tally.returns.iter_mut().find(|r| r.id == ticket.lease) {
@@ -677,9 +691,10 @@ impl LeaseLedger {
         self.deployments.get(deployment).is_some_and(|l| now_ms < l.unreachable_until_ms)
     }
 
-    /// The id of the ask in flight for `deployment`, if any.
-    pub fn ask_in_flight(&self, deployment: &str) -> Option<&str> {
-        self.deployments.get(deployment)?.asking.as_ref().map(|(id, _)| id.as_str())
+    /// A count that moves whenever a request waiting for an ask may fare differently: an ask
+    /// answered or given up, slices handed back, room put back into a slice.
+    pub fn changes(&self, deployment: &str) -> u64 {
+        self.deployments.get(deployment).map_or(0, |l| l.changes)
     }
 
     /// What this isolate holds for `deployment` (tests and diagnostics).

@@ -698,6 +698,29 @@ fn waiters_a_grant_does_not_cover_wait_for_the_next_ask() {
 }
 
 #[test]
+fn what_a_waiting_request_may_get_moves_the_change_count() {
+    let limits = rpm(100_000);
+    let mut c = LeaseLedger::new("iso");
+    let ask = c.admit(DEP, &limits, need(1), T0).ask.unwrap();
+    let mut last = c.changes(DEP);
+    let mut moved = |c: &LeaseLedger, what: &str| {
+        let now = c.changes(DEP);
+        assert!(now > last, "{what} moves the count");
+        last = now;
+    };
+    c.granted(DEP, &ask.id, &limits, &grant(10, 0), T0 + 10);
+    moved(&c, "a grant");
+    let d = c.admit(DEP, &limits, need(1), T0 + 11);
+    c.release_local(DEP, &local(&d).ticket, T0 + 12);
+    moved(&c, "a release into the slice");
+    let renewal = d.ask.or_else(|| (0..40).find_map(|i| c.admit(DEP, &limits, need(1), T0 + 13 + i).ask));
+    c.ask_lost(DEP, &renewal.expect("a renewal").id);
+    moved(&c, "an ask given up");
+    c.unhealthy(DEP, 1_000, T0 + 60);
+    moved(&c, "slices handed back");
+}
+
+#[test]
 fn no_waiting_once_the_wait_is_spent_or_no_grant_will_cover() {
     let limits = rpm(100_000);
     let asking = || {
@@ -707,7 +730,17 @@ fn no_waiting_once_the_wait_is_spent_or_no_grant_will_cover() {
     };
     let (mut c, _) = asking();
     assert_eq!(c.admit_again(DEP, &limits, need(1), T0 + 5, false).wait_until_ms, None, "its wait is spent");
-    assert_eq!(c.admit(DEP, &limits, need(1), T0 + MAX_ASK_WAIT_MS).wait_until_ms, None, "the ask is given up");
+    let d = c.admit(DEP, &limits, need(1), T0 + MAX_ASK_WAIT_MS);
+    assert_eq!((d.wait_until_ms, d.ask.is_some()), (None, true), "the ask is given up and asked anew");
+
+    let (mut c, ask) = asking();
+    c.granted(DEP, &ask.id, &limits, &grant(ask.want.requests, 0), T0 + 50);
+    c.room_refused(DEP, RejectCode::Rpm, 500, 1_000, T0 + 60);
+    let asked: Vec<_> =
+        (0..ask.want.requests).filter_map(|i| c.admit(DEP, &limits, need(1), T0 + 61 + i).ask).collect();
+    assert_eq!(asked.len(), 1);
+    let d = c.admit(DEP, &limits, need(1), T0 + 100);
+    assert_eq!((d.local, d.wait_until_ms), (None, None), "held: refused here rather than after a wait");
 
     let (mut c, _) = asking();
     c.unreachable(DEP, T0 + 1);

@@ -11,7 +11,9 @@
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};
 
-use edge_gateway::limits::lease_ledger::{Decision, LeaseLedger, SettleAction, Ticket, MAX_ASK_WAIT_MS, MAX_QUIET_MS};
+use edge_gateway::limits::lease_ledger::{
+    Decision, LeaseLedger, SettleAction, Ticket, ASK_POLL_FIRST_MS, ASK_POLL_MAX_MS, MAX_ASK_WAIT_MS, MAX_QUIET_MS,
+};
 use edge_gateway::usage::output_history::OutputHistory;
 use edge_gateway::usage::record::Ingress;
 use limiter::breaker::BreakerState;
@@ -85,10 +87,11 @@ enum Event {
         request: Request,
         held: Held,
     },
-    /// A request's wait for an ask in flight is over (if it still waits).
-    WaitOver {
+    /// A waiting request looks at the ledger again (the shell's timers in `wait_for_ask`).
+    Poll {
         isolate: usize,
         request: u64,
+        step_ms: u64,
     },
     Watch {
         isolate: usize,
@@ -137,7 +140,14 @@ struct Isolate {
     ledger: LeaseLedger,
     history: OutputHistory,
     /// Requests waiting for the answer to this isolate's ask in flight.
-    waiting: Vec<Request>,
+    waiting: Vec<Waiter>,
+}
+
+struct Waiter {
+    request: Request,
+    until_ms: u64,
+    /// The ledger's `changes` when it began to wait.
+    seen: u64,
 }
 
 /// The limiter object: its state machine, its queue of calls, and its last written snapshot.
@@ -298,13 +308,7 @@ impl World {
             Event::Reply { isolate, response, pending } => self.reply(isolate, response, pending),
             Event::Failed { isolate, pending } => self.failed(isolate, pending),
             Event::Finish { isolate, request, held } => self.finish(isolate, request, held),
-            Event::WaitOver { isolate, request } => {
-                let waiting = &mut self.isolates[isolate].waiting;
-                if let Some(i) = waiting.iter().position(|r| r.id == request) {
-                    let request = waiting.remove(i);
-                    self.admit_again(isolate, request, false);
-                }
-            }
+            Event::Poll { isolate, request, step_ms } => self.poll(isolate, request, step_ms),
             Event::Watch { isolate } => {
                 let now = self.now_ms();
                 if self.isolates[isolate].ledger.expire(DEP, now) {
@@ -437,11 +441,20 @@ impl World {
         T0_MS + request.arrival_us / 1_000 + MAX_ASK_WAIT_MS
     }
 
-    /// Every request waiting for this isolate's ask is decided again: its answer came.
-    fn wake(&mut self, isolate: usize) {
-        for request in std::mem::take(&mut self.isolates[isolate].waiting) {
-            self.admit_again(isolate, request, true);
+    /// One look of a waiting request at the ledger, on the shell's timetable (1, 2, 4 … ms apart).
+    fn poll(&mut self, isolate: usize, id: u64, step_ms: u64) {
+        let now = self.now_ms();
+        let iso = &mut self.isolates[isolate];
+        let Some(i) = iso.waiting.iter().position(|w| w.request.id == id) else { return };
+        let changed = iso.ledger.changes(DEP) != iso.waiting[i].seen;
+        if changed || now >= iso.waiting[i].until_ms {
+            let waiter = iso.waiting.remove(i);
+            self.admit_again(isolate, waiter.request, changed);
+            return;
         }
+        let step_ms = (step_ms * 2).min(ASK_POLL_MAX_MS);
+        let wait = step_ms.min(iso.waiting[i].until_ms - now);
+        self.after_ms(wait, Event::Poll { isolate, request: id, step_ms });
     }
 
     /// Follows the ledger's decision for one request, as `admission::admit_to` does.
@@ -451,8 +464,10 @@ impl World {
             let until = until.min(self.wait_deadline_ms(&request));
             if until > now {
                 let id = request.id;
-                self.isolates[isolate].waiting.push(request);
-                self.at((until - T0_MS) * 1_000, Event::WaitOver { isolate, request: id });
+                let seen = self.isolates[isolate].ledger.changes(DEP);
+                self.isolates[isolate].waiting.push(Waiter { request, until_ms: until, seen });
+                let step_ms = ASK_POLL_FIRST_MS.min(until - now);
+                self.after_ms(step_ms, Event::Poll { isolate, request: id, step_ms: ASK_POLL_FIRST_MS });
                 return;
             }
         }
@@ -602,7 +617,6 @@ impl World {
                 let limits = self.config.limits.clone();
                 if !code.is_health() {
                     if let Some(local) = self.isolates[isolate].ledger.admit_held(DEP, &limits, request.need, now) {
-                        self.recorder.waited_ms.push(((self.now_us - request.arrival_us) / 1_000) as u32);
                         self.admitted_locally(isolate, request, local.ticket);
                         return;
                     }
@@ -642,7 +656,6 @@ impl World {
                 }
             }
         }
-        self.wake(isolate);
     }
 
     /// The object could not be reached: what the message carried is kept for the next one, and
@@ -654,20 +667,15 @@ impl World {
         match pending {
             Pending::Admit { request, ask, tally } => {
                 ledger.restore_tally(DEP, tally);
-                let asked = ask.is_some();
                 if let Some(ask) = ask {
                     ledger.ask_lost(DEP, &ask.id);
                 }
                 self.recorder.waited_ms.push(((self.now_us - request.arrival_us) / 1_000) as u32);
                 self.fail_open(isolate, request);
-                if asked {
-                    self.wake(isolate);
-                }
             }
             Pending::Lease { ask, tally } => {
                 ledger.restore_tally(DEP, tally);
                 ledger.ask_lost(DEP, &ask);
-                self.wake(isolate);
             }
             Pending::Settle { tally } | Pending::Report { tally } => ledger.restore_tally(DEP, tally),
         }

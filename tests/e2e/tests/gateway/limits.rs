@@ -161,13 +161,20 @@ fn concurrent_requests_to_a_cold_isolate_wait_for_its_first_lease_instead_of_eac
             let start = start.clone();
             std::thread::spawn(move || {
                 start.wait();
-                post(&stack().url("/v1/chat/completions"), KEY, &hello("leased-cold"))
+                let sent = Instant::now();
+                let r = post(&stack().url("/v1/chat/completions"), KEY, &hello("leased-cold"));
+                (sent, Instant::now(), r)
             })
         })
         .collect();
-    for (i, r) in handles.into_iter().map(|h| h.join().unwrap()).enumerate() {
+    let replies: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    for (i, (_, _, r)) in replies.iter().enumerate() {
         assert_eq!(r.status, 200, "request {i}: {}", r.body);
     }
+    // The test means something only if requests were in flight together with the first one.
+    let first_done = replies.iter().map(|(_, done, _)| *done).min().unwrap();
+    let overlapping = replies.iter().filter(|(sent, _, _)| *sent < first_done).count();
+    assert!(overlapping >= n / 2, "only {overlapping} of {n} requests were sent before the first was answered");
     assert_eq!(s.mock_calls("e2e-leased-cold"), n as u64);
     let after = limiter_status("oa-leased-cold");
     let admits = after["calls"]["admit"].as_u64().unwrap_or(0);
