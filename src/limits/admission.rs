@@ -65,6 +65,21 @@ async fn wait_for_ask(object: &str, until_ms: u64) -> bool {
     }
 }
 
+/// The ledger's decision for one request, after waiting for the asks in flight it points to:
+/// their answers will likely cover the request without a call of its own.
+async fn decide(object: &str, limits: &Limits, need: Amounts) -> Decision {
+    let deadline_ms = now_ms() + MAX_ASK_WAIT_MS;
+    let mut decision = leases(|c| c.admit(object, limits, need, now_ms()));
+    while let Some(until_ms) = decision.wait_until_ms {
+        let until_ms = until_ms.min(deadline_ms);
+        let now = now_ms();
+        let changed = until_ms > now && wait_for_ask(object, until_ms).await;
+        let now = now_ms();
+        decision = leases(|c| c.admit_again(object, limits, need, now, changed && now < deadline_ms));
+    }
+    decision
+}
+
 /// Gives up the ask an object admit carries if the request is dropped before the answer (a
 /// client gone): requests waiting for that ask then ask for themselves instead of waiting it out.
 struct AskInFlight<'a> {
@@ -139,17 +154,7 @@ async fn admit_to(
     max_wait_ms: u64,
 ) -> Admit {
     let need = Amounts::request(estimate.input, estimate.output);
-    let deadline_ms = now_ms() + MAX_ASK_WAIT_MS;
-    let mut decision = leases(|c| c.admit(object, limits, need, now_ms()));
-    // An ask in flight: its answer will likely cover this request without a call of its own.
-    while let Some(until_ms) = decision.wait_until_ms {
-        let until_ms = until_ms.min(deadline_ms);
-        let now = now_ms();
-        let ended = until_ms > now && wait_for_ask(object, until_ms).await;
-        let now = now_ms();
-        decision = leases(|c| c.admit_again(object, limits, need, now, ended && now < deadline_ms));
-    }
-    let Decision { local, ask, .. } = decision;
+    let Decision { local, ask, .. } = decide(object, limits, need).await;
     if let Some(local) = local {
         if let Some(ask) = ask {
             ctx.wait_until(renew(env.clone(), object.to_string(), limits.clone(), ask));
@@ -185,12 +190,7 @@ async fn admit_to(
     match answer {
         Ok(AdmitDecision::Admitted { start_after_ms, remaining_requests, remaining_tokens, lease, .. }) => {
             if let Some(ask) = ask {
-                let answer = match lease {
-                    Some(grant) => LeaseDecision::Granted(grant),
-                    // Not granted alongside (a probe, a wait, no room): ask again a little later.
-                    None => LeaseDecision::Refused { code: RejectCode::Rpm, retry_after_ms: LEASE_RETRY_MS },
-                };
-                on_lease_answer(ctx, env, object, limits, &ask.id, answer);
+                on_lease_answer(ctx, env, object, limits, &ask.id, granted_alongside(lease));
             }
             if start_after_ms > 0 {
                 worker::Delay::from(Duration::from_millis(start_after_ms)).await;
@@ -270,6 +270,15 @@ fn refused(ctx: &Context, env: &Env, object: &str, limits: &Limits, ask: Option<
         leases(|c| c.room_refused(object, code, retry_after_ms, max_wait_ms, now_ms()));
     }
     Admit::Refused { code, retry_after_ms }
+}
+
+/// The answer to an ask an admission carried.
+fn granted_alongside(lease: Option<LeaseGrant>) -> LeaseDecision {
+    match lease {
+        Some(grant) => LeaseDecision::Granted(grant),
+        // Not granted alongside (a probe, a wait, no room): ask again a little later.
+        None => LeaseDecision::Refused { code: RejectCode::Rpm, retry_after_ms: LEASE_RETRY_MS },
+    }
 }
 
 /// After a refusal for want of room the isolate asks again no sooner than this.
