@@ -246,23 +246,35 @@ impl LimiterState {
     pub fn settle(&mut self, req: &SettleRequest, now_ms: u64) -> SettleReport {
         self.expire(now_ms);
         self.apply_tally(&req.tally, now_ms);
-        let matched = match self.ledger.finish(&req.id, now_ms) {
-            Found::Settled => {
-                return SettleReport { reservation: SettleMatch::Duplicate, breaker: self.breaker.state() };
-            }
-            Found::Live(r) => {
-                self.reconcile(&r.taken, req.usage, now_ms);
-                SettleMatch::Settled
-            }
-            Found::Expired(taken) => {
-                self.reconcile(&taken, req.usage, now_ms);
-                SettleMatch::Late
-            }
-            Found::Unknown => SettleMatch::Unknown,
+        let Some(matched) = self.finish_reservation(&req.id, req.usage, now_ms) else {
+            return SettleReport { reservation: SettleMatch::Duplicate, breaker: self.breaker.state() };
         };
         self.breaker.record(&self.limits.breaker, &req.id, &req.outcome, now_ms);
         self.apply_signals(&req.outcome, &req.signals, now_ms);
         SettleReport { reservation: matched, breaker: self.breaker.state() }
+    }
+
+    /// A success settled in a tally (`LateSettle`): as a settle with that outcome and no signals.
+    pub(crate) fn settle_success(&mut self, id: &str, usage: Option<TokenUsage>, now_ms: u64) {
+        if self.finish_reservation(id, usage, now_ms).is_some() {
+            self.breaker.record(&self.limits.breaker, id, &Outcome::Success, now_ms);
+        }
+    }
+
+    /// Ends reservation `id` with its real usage; `None` if it was already settled.
+    fn finish_reservation(&mut self, id: &str, usage: Option<TokenUsage>, now_ms: u64) -> Option<SettleMatch> {
+        match self.ledger.finish(id, now_ms) {
+            Found::Settled => None,
+            Found::Live(r) => {
+                self.reconcile(&r.taken, usage, now_ms);
+                Some(SettleMatch::Settled)
+            }
+            Found::Expired(taken) => {
+                self.reconcile(&taken, usage, now_ms);
+                Some(SettleMatch::Late)
+            }
+            Found::Unknown => Some(SettleMatch::Unknown),
+        }
     }
 
     /// Undoes an admission whose request went no further (a later layer refused it): every bucket

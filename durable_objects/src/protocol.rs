@@ -196,6 +196,18 @@ pub struct Tally {
     /// back: requests and tokens are refunded (requests per day are not: the day is unknown).
     #[serde(skip_serializing_if = "Delta::is_empty")]
     pub released: Delta,
+    /// Successful object admissions settled since, sent with this message rather than alone.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub settles: Vec<LateSettle>,
+}
+
+/// A successful object admission's settle, carried in a tally: its usage replaces the estimate
+/// (`None` keeps the estimate charged) and the breaker counts a success.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LateSettle {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<TokenUsage>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -540,12 +552,14 @@ mod tests {
                 unused: Delta { requests: 3, tokens: 250, ..Delta::default() },
             }],
             released: Delta { requests: 1, tokens: 15, ..Delta::default() },
+            settles: vec![LateSettle { id: "r7".into(), usage: Some(TokenUsage { input: 4, output: 2 }) }],
         };
         let v: serde_json::Value = serde_json::to_value(LimiterRequest::Report(tally.clone())).unwrap();
         assert_eq!(
             v,
             json!({"op":"report","successes":12,"adjust":{"tk":-40},"signals":{"remaining_tokens":900},
-                   "returns":[{"id":"i.0","unused":{"rq":3,"tk":250}}],"released":{"rq":1,"tk":15}})
+                   "returns":[{"id":"i.0","unused":{"rq":3,"tk":250}}],"released":{"rq":1,"tk":15},
+                   "settles":[{"id":"r7","usage":{"input":4,"output":2}}]})
         );
         assert_eq!(decode_request(&v.to_string()).unwrap(), LimiterRequest::Report(tally.clone()));
         let settle = decode_request(r#"{"op":"settle","id":"r","outcome":{"kind":"failure"},"tally":{"successes":2}}"#);

@@ -19,8 +19,8 @@ use crate::config;
 use crate::config::keys;
 use crate::config::routes::Deployment;
 use crate::limits::lease_ledger::{
-    Decision, LeaseLedger, LocalAdmit, SettleAction, Ticket, ASK_POLL_FIRST_MS, ASK_POLL_MAX_MS, MAX_ASK_WAIT_MS,
-    MAX_QUIET_MS,
+    Decision, LeaseLedger, LocalAdmit, ObjectSettle, SettleAction, Ticket, ASK_POLL_FIRST_MS, ASK_POLL_MAX_MS,
+    MAX_ASK_WAIT_MS, MAX_QUIET_MS,
 };
 use crate::limits::refusal::{LimitScope, Refusal};
 use crate::providers::{ErrorClass, UpstreamError};
@@ -110,7 +110,7 @@ pub struct Admission {
 
 enum Via {
     Unlimited,
-    Object { stub: Stub, object: String, id: String },
+    Object { stub: Stub, env: Env, object: String, id: String, deferrable: bool },
     Lease { env: Env, object: String, id: String, ticket: Ticket },
 }
 
@@ -188,14 +188,18 @@ async fn admit_to(
     let answer = client::admit(&stub, request).await;
     carried.id = None;
     match answer {
-        Ok(AdmitDecision::Admitted { start_after_ms, remaining_requests, remaining_tokens, lease, .. }) => {
+        Ok(AdmitDecision::Admitted { start_after_ms, remaining_requests, remaining_tokens, lease, probe }) => {
             if let Some(ask) = ask {
                 on_lease_answer(ctx, env, object, limits, &ask.id, granted_alongside(lease));
             }
             if start_after_ms > 0 {
                 worker::Delay::from(Duration::from_millis(start_after_ms)).await;
             }
-            let via = Via::Object { stub, object: object.to_string(), id: reservation_id };
+            // A plain success may ride in a later tally, unless the object waits for it: the
+            // half-open probe, or an in-flight slot.
+            let deferrable = !probe && limits.max_concurrent.is_none();
+            let via =
+                Via::Object { stub, env: env.clone(), object: object.to_string(), id: reservation_id, deferrable };
             Admit::Admitted(Admission { via, remaining_requests, remaining_tokens })
         }
         Ok(AdmitDecision::Rejected { code, retry_after_ms, .. }) => {
@@ -432,6 +436,27 @@ struct RemoteSettle {
     request: SettleRequest,
 }
 
+/// What a settle leaves for the limiter object: a message now, or a watcher for the settles
+/// waiting in the tally.
+enum ObjectPart {
+    Send(Box<RemoteSettle>),
+    FlushAt { env: Env, object: String, due_ms: u64 },
+}
+
+impl ObjectPart {
+    async fn run(self) {
+        match self {
+            ObjectPart::Send(remote) => remote.send().await,
+            ObjectPart::FlushAt { env, object, due_ms } => {
+                worker::Delay::from(Duration::from_millis(due_ms.saturating_sub(now_ms()))).await;
+                if leases(|c| c.settles_due(&object, now_ms())) {
+                    report_now(env, object).await;
+                }
+            }
+        }
+    }
+}
+
 impl RemoteSettle {
     async fn send(self) {
         let RemoteSettle { stub, object, request } = self;
@@ -475,7 +500,7 @@ impl Admission {
     /// local unless its outcome is urgent; an object admission carries the pending tally.
     pub async fn settle(self, outcome: Outcome, usage: Option<TokenUsage>, signals: UpstreamSignals) {
         if let Some(remote) = self.settle_locally(outcome, usage, signals) {
-            remote.send().await;
+            remote.run().await;
         }
     }
 
@@ -483,7 +508,7 @@ impl Admission {
     /// only a message the limiter object must get goes to the background (usually none, on a lease).
     pub fn settle_in(self, ctx: &Context, outcome: Outcome, usage: Option<TokenUsage>, signals: UpstreamSignals) {
         if let Some(remote) = self.settle_locally(outcome, usage, signals) {
-            ctx.wait_until(remote.send());
+            ctx.wait_until(remote.run());
         }
     }
 
@@ -493,12 +518,19 @@ impl Admission {
         outcome: Outcome,
         usage: Option<TokenUsage>,
         signals: UpstreamSignals,
-    ) -> Option<RemoteSettle> {
+    ) -> Option<ObjectPart> {
         match self.via {
             Via::Unlimited => None,
-            Via::Object { stub, object, id } => {
-                let tally = leases(|c| c.settle_remote(&object, &outcome, &signals, now_ms()));
-                Some(RemoteSettle { stub, object, request: SettleRequest { id, outcome, usage, signals, tally } })
+            Via::Object { stub, env, object, id, deferrable } => {
+                let now = now_ms();
+                match leases(|c| c.settle_object(&object, &id, &outcome, usage, &signals, deferrable, now)) {
+                    ObjectSettle::Later { due_ms: None } => None,
+                    ObjectSettle::Later { due_ms: Some(due_ms) } => Some(ObjectPart::FlushAt { env, object, due_ms }),
+                    ObjectSettle::Now(tally) => {
+                        let request = SettleRequest { id, outcome, usage, signals, tally };
+                        Some(ObjectPart::Send(Box::new(RemoteSettle { stub, object, request })))
+                    }
+                }
             }
             Via::Lease { env, object, id, ticket } => {
                 let action = leases(|c| c.settle_local(&object, &ticket, &outcome, usage, &signals, now_ms()));
@@ -508,7 +540,8 @@ impl Admission {
                     return None;
                 };
                 // Usage was reconciled against the lease; the object learns the outcome.
-                Some(RemoteSettle { stub, object, request: SettleRequest { id, outcome, usage: None, signals, tally } })
+                let request = SettleRequest { id, outcome, usage: None, signals, tally };
+                Some(ObjectPart::Send(Box::new(RemoteSettle { stub, object, request })))
             }
         }
     }
@@ -520,7 +553,7 @@ impl Admission {
     pub async fn release(self) {
         match self.via {
             Via::Unlimited => {}
-            Via::Object { stub, object, id } => {
+            Via::Object { stub, object, id, .. } => {
                 let tally = leases(|c| c.take_tally(&object, now_ms()));
                 let request = ReleaseRequest { id, tally: tally.clone() };
                 if let Err(e) = client::release(&stub, request).await {

@@ -28,7 +28,9 @@ use std::collections::{HashMap, VecDeque};
 
 use limiter::leases::{lease_ttl, HOT_LEASE_TTL_MS, LEASE_TTL_MS};
 use limiter::limits::{Amounts, BucketKind, Delta, Limits};
-use limiter::protocol::{LeaseAsk, LeaseGrant, LeaseReturn, Outcome, RejectCode, Tally, TokenUsage, UpstreamSignals};
+use limiter::protocol::{
+    LateSettle, LeaseAsk, LeaseGrant, LeaseReturn, Outcome, RejectCode, Tally, TokenUsage, UpstreamSignals,
+};
 
 use crate::limits::lease_policy::{self as policy, Rates};
 
@@ -51,6 +53,9 @@ pub const MAX_ASK_WAIT_MS: u64 = ASK_TIMEOUT_MS;
 /// [`ASK_POLL_MAX_MS`] (the worker cannot be woken by the request that gets the answer).
 pub const ASK_POLL_FIRST_MS: u64 = 1;
 pub const ASK_POLL_MAX_MS: u64 = 16;
+
+/// A successful object admission's settle waits at most this long for a message to ride with.
+pub const SETTLE_DELAY_MS: u64 = 1_000;
 
 /// After a health refusal (breaker, pause) no lease is asked for during at most this long.
 pub const MAX_QUIET_MS: u64 = 5_000;
@@ -114,6 +119,14 @@ pub struct Decision {
     /// Neither: an ask is in flight (given up then); wait for its answer, at most
     /// [`MAX_ASK_WAIT_MS`] from the request's arrival, and call [`LeaseLedger::admit_again`].
     pub wait_until_ms: Option<u64>,
+}
+
+/// An object admission's settle: send it now with this tally, or later in a tally (with a
+/// watcher to start at `due_ms` when this settle began a batch).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ObjectSettle {
+    Now(Tally),
+    Later { due_ms: Option<u64> },
 }
 
 /// After a local settle: nothing to send, or a tally to send to the object now.
@@ -260,6 +273,8 @@ struct Local {
     short_until_ms: u64,
     /// Counts changes a waiting request may be admitted after (answers, slices back, refunds).
     changes: u64,
+    /// When the oldest settle in `tally.settles` joined it.
+    settles_since_ms: u64,
 }
 
 /// A refusal for want of room, repeated locally for a short while.
@@ -591,20 +606,45 @@ impl LeaseLedger {
         SettleAction::Now(local.take_tally(now_ms))
     }
 
-    /// The tally to send with an object-admitted request's settle; urgent outcomes hand every
-    /// slice back first.
-    pub fn settle_remote(
+    /// Settles an object-admitted request. A plain success (`deferrable`: not the half-open probe,
+    /// no in-flight limit) joins the tally, to ride with the next message within
+    /// [`SETTLE_DELAY_MS`] ([`ObjectSettle::Later`] says when the first one of a batch is due, for a
+    /// watcher to send it then if no message has); anything else goes now, with the tally, and an
+    /// urgent outcome hands every slice back first.
+    #[allow(clippy::too_many_arguments)]
+    pub fn settle_object(
         &mut self,
         deployment: &str,
+        id: &str,
         outcome: &Outcome,
+        usage: Option<TokenUsage>,
         signals: &UpstreamSignals,
+        deferrable: bool,
         now_ms: u64,
-    ) -> Tally {
+    ) -> ObjectSettle {
         let local = self.local(deployment);
         if urgent(outcome, signals, local.held()) {
             local.retire_all();
+        } else if deferrable && *outcome == Outcome::Success {
+            let first = local.tally.settles.is_empty();
+            local.tally.settles.push(LateSettle { id: id.to_string(), usage });
+            if !signals.is_empty() {
+                local.tally.signals = *signals;
+                local.signals_ms = now_ms;
+            }
+            if first {
+                local.settles_since_ms = now_ms;
+            }
+            return ObjectSettle::Later { due_ms: first.then_some(now_ms + SETTLE_DELAY_MS) };
         }
-        local.take_tally(now_ms)
+        ObjectSettle::Now(local.take_tally(now_ms))
+    }
+
+    /// Whether settles held in the tally have waited [`SETTLE_DELAY_MS`] and must be sent now.
+    pub fn settles_due(&self, deployment: &str, now_ms: u64) -> bool {
+        self.deployments.get(deployment).is_some_and(|l| {
+            !l.tally.settles.is_empty() && now_ms >= l.settles_since_ms.saturating_add(SETTLE_DELAY_MS)
+        })
     }
 
     /// The object says the deployment is no longer healthy: stop admitting locally, and ask
@@ -639,6 +679,10 @@ impl LeaseLedger {
         pending.adjust = pending.adjust.plus(lost.adjust);
         pending.released = pending.released.plus(lost.released);
         pending.returns.extend(lost.returns);
+        if pending.settles.is_empty() && !lost.settles.is_empty() {
+            local.settles_since_ms = 0;
+        }
+        pending.settles.extend(lost.settles);
         if pending.signals.is_empty() {
             pending.signals = lost.signals;
         }

@@ -101,6 +101,9 @@ impl LimiterState {
         if !tally.signals.is_empty() {
             self.apply_signals(&Outcome::Success, &tally.signals, now_ms);
         }
+        for late in &tally.settles {
+            self.settle_success(&late.id, late.usage, now_ms);
+        }
     }
 
     /// Ends lease `ret.id`, refunding what it did not use (never more than it took) and charging

@@ -197,6 +197,32 @@ fn settle_refunds_the_unused_estimate() {
 }
 
 #[test]
+fn settles_carried_in_a_tally_refund_once_and_count_as_successes() {
+    use crate::protocol::LateSettle;
+    let mut s = limiter(base_limits());
+    start_after(&admit(&mut s, "a", 1_000, 2_000, T0));
+    start_after(&admit(&mut s, "b", 1_000, 2_000, T0));
+    // Two failures in a row: a third would trip the breaker (3 consecutive).
+    start_after(&admit(&mut s, "f1", 0, 0, T0));
+    start_after(&admit(&mut s, "f2", 0, 0, T0));
+    s.settle(&done("f1", Outcome::Failure), T0);
+    s.settle(&done("f2", Outcome::Failure), T0);
+    let settles = vec![
+        LateSettle { id: "a".into(), usage: Some(TokenUsage { input: 900, output: 100 }) },
+        LateSettle { id: "b".into(), usage: None },
+        LateSettle { id: "a".into(), usage: Some(TokenUsage { input: 0, output: 0 }) },
+    ];
+    let tally = Tally { settles, ..Tally::default() };
+    s.admit(&AdmitRequest { tally, ..ask("c", 0, 0, 0) }, T0 + 1, 0);
+    // a: 3,000 taken, 1,000 used; b keeps its estimate; the repeat of a changes nothing.
+    assert_eq!(level(&mut s, BucketKind::Tpm, T0 + 1), 6_000 - 1_000 - 3_000);
+    assert_eq!(s.in_flight(), 1, "only c is left in flight");
+    // The carried successes broke the run of failures: one more failure does not trip.
+    s.settle(&done("c", Outcome::Failure), T0 + 2);
+    assert_eq!(s.status(T0 + 2).breaker.state, BreakerState::Closed);
+}
+
+#[test]
 fn extra_usage_goes_negative_and_later_requests_wait_it_off() {
     let mut s = limiter(base_limits());
     start_after(&admit(&mut s, "a", 1_000, 1_000, T0));

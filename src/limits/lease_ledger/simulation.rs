@@ -303,10 +303,11 @@ impl World {
                     }
                 }
             }
-            Held::Object { id } => {
-                let tally = self.cache(i).settle_remote(DEP, &outcome, &signals, now);
-                SettleRequest { id, outcome, usage, signals, tally }
-            }
+            Held::Object { id } => match self.cache(i).settle_object(DEP, &id, &outcome, usage, &signals, true, now) {
+                // A success rides with the isolate's next message.
+                ObjectSettle::Later { .. } => return,
+                ObjectSettle::Now(tally) => SettleRequest { id, outcome, usage, signals, tally },
+            },
         };
         self.send(i, LimiterRequest::Settle(request), Pending::Settle);
     }

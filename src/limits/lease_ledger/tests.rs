@@ -501,11 +501,40 @@ fn an_object_admission_settles_with_the_pending_tally() {
     let (mut c, id) = holding(&limits, 5, 0, T0);
     let t = local(&c.admit(DEP, &limits, need(1), T0)).ticket.clone();
     c.settle_local(DEP, &t, &Outcome::Success, None, &UpstreamSignals::default(), T0);
-    let tally = c.settle_remote(DEP, &Outcome::Success, &UpstreamSignals::default(), T0);
+    let none = UpstreamSignals::default();
+    let ObjectSettle::Now(tally) = c.settle_object(DEP, "r1", &Outcome::Success, None, &none, false, T0) else {
+        panic!("not deferrable: sent now");
+    };
     assert_eq!((tally.successes, tally.returns.len()), (1, 0));
     assert_eq!(c.held(DEP), rq(4, 0), "a success keeps the slices");
-    let tally = c.settle_remote(DEP, &Outcome::Failure, &UpstreamSignals::default(), T0);
+    let ObjectSettle::Now(tally) = c.settle_object(DEP, "r2", &Outcome::Failure, None, &none, true, T0) else {
+        panic!("a failure is never deferred");
+    };
     assert_eq!(returns(&tally), vec![(id.as_str(), rq(4, 0))], "a failure hands them back");
+}
+
+#[test]
+fn a_plain_success_of_an_object_admission_rides_in_a_later_tally_within_a_second() {
+    let mut c = LeaseLedger::new("iso");
+    let none = UpstreamSignals::default();
+    let usage = Some(TokenUsage { input: 10, output: 5 });
+    let first = c.settle_object(DEP, "r1", &Outcome::Success, usage, &none, true, T0);
+    assert_eq!(first, ObjectSettle::Later { due_ms: Some(T0 + SETTLE_DELAY_MS) }, "the first starts a watcher");
+    let second = c.settle_object(DEP, "r2", &Outcome::Success, None, &none, true, T0 + 10);
+    assert_eq!(second, ObjectSettle::Later { due_ms: None }, "one watcher per batch");
+    assert!(!c.settles_due(DEP, T0 + SETTLE_DELAY_MS - 1));
+    assert!(c.settles_due(DEP, T0 + SETTLE_DELAY_MS), "the watcher sends them if nothing else has");
+    let tally = c.take_tally(DEP, T0 + 20);
+    let ids: Vec<_> = tally.settles.iter().map(|s| (s.id.as_str(), s.usage)).collect();
+    assert_eq!(ids, vec![("r1", usage), ("r2", None)], "the next message carries them");
+    assert!(!c.settles_due(DEP, T0 + SETTLE_DELAY_MS), "carried: nothing for the watcher");
+    // A lost message puts them back, due at once.
+    c.restore_tally(DEP, tally);
+    assert!(c.settles_due(DEP, T0 + 30));
+    // A 429 (urgent), a probe or an in-flight slot (not deferrable) go at once.
+    let limited = Outcome::RateLimited { retry_after_ms: None };
+    assert!(matches!(c.settle_object(DEP, "r3", &limited, None, &none, true, T0), ObjectSettle::Now(_)));
+    assert!(matches!(c.settle_object(DEP, "r4", &Outcome::Success, None, &none, false, T0), ObjectSettle::Now(_)));
 }
 
 // --- releasing (a later layer refused the request) ---

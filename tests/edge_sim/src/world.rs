@@ -12,7 +12,8 @@ use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};
 
 use edge_gateway::limits::lease_ledger::{
-    Decision, LeaseLedger, SettleAction, Ticket, ASK_POLL_FIRST_MS, ASK_POLL_MAX_MS, MAX_ASK_WAIT_MS, MAX_QUIET_MS,
+    Decision, LeaseLedger, ObjectSettle, SettleAction, Ticket, ASK_POLL_FIRST_MS, ASK_POLL_MAX_MS, MAX_ASK_WAIT_MS,
+    MAX_QUIET_MS,
 };
 use edge_gateway::usage::output_history::OutputHistory;
 use edge_gateway::usage::record::Ingress;
@@ -52,7 +53,10 @@ enum Pending {
 
 enum Held {
     Local(Ticket),
-    Object,
+    /// Admitted by the object; `deferrable`: its success may be settled in a later tally.
+    Object {
+        deferrable: bool,
+    },
     /// Admitted without the object (it could not be reached): nothing to settle.
     Unlimited,
 }
@@ -94,6 +98,10 @@ enum Event {
         step_ms: u64,
     },
     Watch {
+        isolate: usize,
+    },
+    /// Settles waiting in the tally are due (`SETTLE_DELAY_MS`) unless a message carried them.
+    Flush {
         isolate: usize,
     },
     Retire {
@@ -316,6 +324,11 @@ impl World {
                 }
             }
             Event::Retire { slot } => self.retire(slot),
+            Event::Flush { isolate } => {
+                if self.isolates[isolate].ledger.settles_due(DEP, self.now_ms()) {
+                    self.report(isolate);
+                }
+            }
             Event::Snapshot => {
                 // The alarm's write-behind: what a restart comes back to.
                 self.object.snapshot = Some(self.object.state.to_snapshot());
@@ -592,7 +605,7 @@ impl World {
     fn admit_answer(&mut self, isolate: usize, request: Request, ask: Option<LeaseAsk>, decision: AdmitDecision) {
         let now = self.now_ms();
         match decision {
-            AdmitDecision::Admitted { start_after_ms, lease, .. } => {
+            AdmitDecision::Admitted { start_after_ms, lease, probe, .. } => {
                 if let Some(ask) = ask {
                     let answer = lease.map_or(
                         LeaseDecision::Refused { code: RejectCode::Rpm, retry_after_ms: LEASE_RETRY_MS },
@@ -604,7 +617,8 @@ impl World {
                 let waited = (self.now_us - request.arrival_us) / 1_000 + start_after_ms;
                 self.recorder.waited_ms.push(waited as u32);
                 let done = start_after_ms + request.duration_ms;
-                self.after_ms(done, Event::Finish { isolate, request, held: Held::Object });
+                let deferrable = !probe && self.config.limits.max_concurrent.is_none();
+                self.after_ms(done, Event::Finish { isolate, request, held: Held::Object { deferrable } });
             }
             AdmitDecision::Rejected { code, retry_after_ms, .. } => {
                 match ask {
@@ -712,9 +726,16 @@ impl World {
                     SettleAction::Now(tally) => SettleRequest { id, outcome, usage: None, signals, tally },
                 }
             }
-            Held::Object => {
-                let tally = iso.ledger.settle_remote(DEP, &outcome, &signals, now);
-                SettleRequest { id, outcome, usage: Some(request.real), signals, tally }
+            Held::Object { deferrable } => {
+                let usage = Some(request.real);
+                match iso.ledger.settle_object(DEP, &id, &outcome, usage, &signals, deferrable, now) {
+                    ObjectSettle::Later { due_ms: None } => return,
+                    ObjectSettle::Later { due_ms: Some(due_ms) } => {
+                        self.at((due_ms - T0_MS) * 1_000, Event::Flush { isolate });
+                        return;
+                    }
+                    ObjectSettle::Now(tally) => SettleRequest { id, outcome, usage, signals, tally },
+                }
             }
         };
         let tally = message.tally.clone();

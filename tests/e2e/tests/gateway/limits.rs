@@ -187,6 +187,34 @@ fn concurrent_requests_to_a_cold_isolate_wait_for_its_first_lease_instead_of_eac
 }
 
 #[test]
+fn an_object_admitted_success_is_settled_in_a_later_message_within_a_second_or_so() {
+    let s = stack();
+    // RPM 100 is too small to lease: the object admits each request (one round trip) and the
+    // success's settle rides with the isolate's next message, or a report a second later.
+    let body = json!({"model": "settle-later", "max_tokens": 5000, "messages": [{"role": "user", "content": "hi"}]});
+    let r = post(&s.url("/v1/chat/completions"), KEY, &body);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let used = r.json()["usage"]["total_tokens"].as_i64().unwrap();
+    let started = Instant::now();
+    let settled = loop {
+        let status = limiter_status("oa-settle-later");
+        if status["in_flight"] == 0 {
+            break status;
+        }
+        // The watcher reports after 1 s; a busy machine may take a few more.
+        assert!(started.elapsed() < Duration::from_secs(15), "never settled: {status}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    eprintln!("settled after {:?}: {settled}", started.elapsed());
+    assert_eq!(settled["calls"]["admit"], 1, "{settled}");
+    assert_eq!(settled["calls"]["settle"].as_u64().unwrap_or(0), 0, "no settle message of its own: {settled}");
+    assert!(settled["calls"]["report"].as_u64().unwrap_or(0) >= 1, "the watcher's report carried it: {settled}");
+    // The estimate (5,000+ tokens) was replaced by the usage the vendor reported.
+    let tpm = settled["buckets"]["tpm"]["available"].as_i64().unwrap();
+    assert!(tpm >= 100_000 - used, "tpm {tpm}: the reservation was not reconciled ({used} used)");
+}
+
+#[test]
 fn a_second_tenant_keeps_its_share_while_the_first_floods() {
     let s = stack();
     let url = s.url("/v1/chat/completions");
