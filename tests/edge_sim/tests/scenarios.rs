@@ -65,3 +65,11 @@ fn a_token_bound_deployment_uses_its_limit_once_estimates_are_corrected() {
     assert!(r.utilisation_pct >= 90.0, "{:.1} % of TPM used", r.utilisation_pct);
     assert!(r.over_max_pct <= 15.0, "{:.2} %", r.over_max_pct);
 }
+
+#[test]
+fn past_the_object_ceiling_settles_in_the_tally_keep_the_limit_close() {
+    // 2,000 req/s on a limit of 1,000: every admission is the object's, about one call each.
+    let r = run(shrink(scenarios::ceiling(SEED), 40, 180, true));
+    assert!(r.over_max_pct <= 30.0, "{:.1} % beyond the bucket (401 % with a settle message each)", r.over_max_pct);
+    assert!(r.refused_pct > 25.0, "the object refuses what is past the limit: {:.1} %", r.refused_pct);
+}
