@@ -19,8 +19,8 @@ use crate::config;
 use crate::config::keys;
 use crate::config::routes::Deployment;
 use crate::limits::lease_ledger::{
-    Decision, LeaseLedger, LocalAdmit, ObjectSettle, SettleAction, Ticket, ASK_POLL_FIRST_MS, ASK_POLL_MAX_MS,
-    MAX_ASK_WAIT_MS, MAX_QUIET_MS,
+    Decision, FlushStep, LeaseLedger, LocalAdmit, ObjectSettle, SettleAction, Ticket, ASK_POLL_FIRST_MS,
+    ASK_POLL_MAX_MS, MAX_ASK_WAIT_MS, MAX_QUIET_MS,
 };
 use crate::limits::refusal::{LimitScope, Refusal};
 use crate::providers::{ErrorClass, UpstreamError};
@@ -32,7 +32,7 @@ use limiter::client;
 use limiter::limits::{Amounts, Limits};
 use limiter::protocol::{
     object_name, scope_object_name, AdmitDecision, AdmitRequest, FaultReason, LeaseAsk, LeaseDecision, LeaseGrant,
-    LeaseRequest, Outcome, RejectCode, ReleaseRequest, SettleRequest, TokenUsage, UpstreamSignals,
+    LeaseRequest, Outcome, RejectCode, ReleaseRequest, SettleRequest, Tally, TokenUsage, UpstreamSignals,
 };
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -80,17 +80,22 @@ async fn decide(object: &str, limits: &Limits, need: Amounts) -> Decision {
     decision
 }
 
-/// Gives up the ask an object admit carries if the request is dropped before the answer (a
-/// client gone): requests waiting for that ask then ask for themselves instead of waiting it out.
-struct AskInFlight<'a> {
+/// What an object admit carries, given back if the request is dropped before the answer (a
+/// client gone): the ask is given up, so requests waiting for it ask for themselves, and the
+/// tally (returns, settles of other requests) goes with the next message.
+struct InFlight<'a> {
     object: &'a str,
-    id: Option<String>,
+    ask: Option<String>,
+    tally: Option<Tally>,
 }
 
-impl Drop for AskInFlight<'_> {
+impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        if let Some(id) = self.id.take() {
+        if let Some(id) = self.ask.take() {
             leases(|c| c.ask_lost(self.object, &id));
+        }
+        if let Some(tally) = self.tally.take() {
+            leases(|c| c.restore_tally(self.object, tally));
         }
     }
 }
@@ -154,6 +159,10 @@ async fn admit_to(
     max_wait_ms: u64,
 ) -> Admit {
     let need = Amounts::request(estimate.input, estimate.output);
+    // Settles put back after a lost message, with no watcher: this request starts one.
+    if leases(|c| c.arm_flush(object)) {
+        ctx.wait_until(watch_settles(env.clone(), object.to_string()));
+    }
     let Decision { local, ask, .. } = decide(object, limits, need).await;
     if let Some(local) = local {
         if let Some(ask) = ask {
@@ -184,9 +193,9 @@ async fn admit_to(
         tally: tally.clone(),
         tenant: tenant.map(str::to_string),
     };
-    let mut carried = AskInFlight { object, id: ask.as_ref().map(|a| a.id.clone()) };
+    let mut carried = InFlight { object, ask: ask.as_ref().map(|a| a.id.clone()), tally: Some(tally.clone()) };
     let answer = client::admit(&stub, request).await;
-    carried.id = None;
+    (carried.ask, carried.tally) = (None, None);
     match answer {
         Ok(AdmitDecision::Admitted { start_after_ms, remaining_requests, remaining_tokens, lease, probe }) => {
             if let Some(ask) = ask {
@@ -436,6 +445,21 @@ struct RemoteSettle {
     request: SettleRequest,
 }
 
+/// Sends the settles waiting in `object`'s tally once they have waited
+/// [`crate::limits::lease_ledger::SETTLE_DELAY_MS`] and no
+/// other message took them, until none waits (a lost report puts them back for the next round).
+async fn watch_settles(env: Env, object: String) {
+    loop {
+        match leases(|c| c.flush_step(&object, now_ms())) {
+            FlushStep::Done => return,
+            FlushStep::WaitUntil(due_ms) => {
+                worker::Delay::from(Duration::from_millis(due_ms.saturating_sub(now_ms()))).await;
+            }
+            FlushStep::Send => report_now(env.clone(), object.clone()).await,
+        }
+    }
+}
+
 /// What a settle leaves for the limiter object: a message now, or a watcher for the settles
 /// waiting in the tally.
 enum ObjectPart {
@@ -449,9 +473,7 @@ impl ObjectPart {
             ObjectPart::Send(remote) => remote.send().await,
             ObjectPart::FlushAt { env, object, due_ms } => {
                 worker::Delay::from(Duration::from_millis(due_ms.saturating_sub(now_ms()))).await;
-                if leases(|c| c.settles_due(&object, now_ms())) {
-                    report_now(env, object).await;
-                }
+                watch_settles(env, object).await;
             }
         }
     }

@@ -129,6 +129,14 @@ pub enum ObjectSettle {
     Later { due_ms: Option<u64> },
 }
 
+/// What the settle watcher does next (see [`LeaseLedger::flush_step`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlushStep {
+    Done,
+    WaitUntil(u64),
+    Send,
+}
+
 /// After a local settle: nothing to send, or a tally to send to the object now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SettleAction {
@@ -273,8 +281,10 @@ struct Local {
     short_until_ms: u64,
     /// Counts changes a waiting request may be admitted after (answers, slices back, refunds).
     changes: u64,
-    /// When the oldest settle in `tally.settles` joined it.
+    /// When the oldest settle in `tally.settles` joined it, or the watcher last sent them.
     settles_since_ms: u64,
+    /// A settle watcher is running for this deployment.
+    flush_armed: bool,
 }
 
 /// A refusal for want of room, repeated locally for a short while.
@@ -626,25 +636,43 @@ impl LeaseLedger {
         if urgent(outcome, signals, local.held()) {
             local.retire_all();
         } else if deferrable && *outcome == Outcome::Success {
-            let first = local.tally.settles.is_empty();
+            if local.tally.settles.is_empty() {
+                local.settles_since_ms = now_ms;
+            }
             local.tally.settles.push(LateSettle { id: id.to_string(), usage });
             if !signals.is_empty() {
                 local.tally.signals = *signals;
                 local.signals_ms = now_ms;
             }
-            if first {
-                local.settles_since_ms = now_ms;
-            }
-            return ObjectSettle::Later { due_ms: first.then_some(now_ms + SETTLE_DELAY_MS) };
+            let watch = !std::mem::replace(&mut local.flush_armed, true);
+            return ObjectSettle::Later { due_ms: watch.then_some(local.settles_since_ms + SETTLE_DELAY_MS) };
         }
         ObjectSettle::Now(local.take_tally(now_ms))
     }
 
-    /// Whether settles held in the tally have waited [`SETTLE_DELAY_MS`] and must be sent now.
-    pub fn settles_due(&self, deployment: &str, now_ms: u64) -> bool {
-        self.deployments.get(deployment).is_some_and(|l| {
-            !l.tally.settles.is_empty() && now_ms >= l.settles_since_ms.saturating_add(SETTLE_DELAY_MS)
-        })
+    /// The settle watcher's next step: done (nothing waits; it disarms), wait until then, or send
+    /// a report now (what it sends, if lost, comes back and is due [`SETTLE_DELAY_MS`] later).
+    pub fn flush_step(&mut self, deployment: &str, now_ms: u64) -> FlushStep {
+        let local = self.local(deployment);
+        if local.tally.settles.is_empty() {
+            local.flush_armed = false;
+            return FlushStep::Done;
+        }
+        let due_ms = local.settles_since_ms.saturating_add(SETTLE_DELAY_MS);
+        if now_ms < due_ms {
+            return FlushStep::WaitUntil(due_ms);
+        }
+        local.settles_since_ms = now_ms;
+        FlushStep::Send
+    }
+
+    /// Arms a settle watcher if settles wait with none (put back after a lost message); says
+    /// whether the caller should start one.
+    pub fn arm_flush(&mut self, deployment: &str) -> bool {
+        let local = self.local(deployment);
+        let needed = !local.tally.settles.is_empty() && !local.flush_armed;
+        local.flush_armed |= needed;
+        needed
     }
 
     /// The object says the deployment is no longer healthy: stop admitting locally, and ask
@@ -679,9 +707,6 @@ impl LeaseLedger {
         pending.adjust = pending.adjust.plus(lost.adjust);
         pending.released = pending.released.plus(lost.released);
         pending.returns.extend(lost.returns);
-        if pending.settles.is_empty() && !lost.settles.is_empty() {
-            local.settles_since_ms = 0;
-        }
         pending.settles.extend(lost.settles);
         if pending.signals.is_empty() {
             pending.signals = lost.signals;

@@ -158,10 +158,14 @@ impl Settlement {
         }
         // Partial usage is billed as reported; with none reported the estimate stays charged.
         let usage = report.usage.as_ref().map(admission::token_usage);
-        self.admission.settle(admission::outcome_for(class, None), usage, self.signals).await;
-        self.scopes.settle_now(usage).await;
         outcome.attempts.push(record);
-        report::finish_detached(outcome, &env).await;
+        // A success's settle may wait up to a second to ride along: the rest does not wait for it.
+        let limiter = self.admission.settle(admission::outcome_for(class, None), usage, self.signals);
+        let rest = async {
+            self.scopes.settle_now(usage).await;
+            report::finish_detached(outcome, &env).await;
+        };
+        futures::future::join(limiter, rest).await;
     }
 }
 

@@ -521,16 +521,30 @@ fn a_plain_success_of_an_object_admission_rides_in_a_later_tally_within_a_second
     let first = c.settle_object(DEP, "r1", &Outcome::Success, usage, &none, true, T0);
     assert_eq!(first, ObjectSettle::Later { due_ms: Some(T0 + SETTLE_DELAY_MS) }, "the first starts a watcher");
     let second = c.settle_object(DEP, "r2", &Outcome::Success, None, &none, true, T0 + 10);
-    assert_eq!(second, ObjectSettle::Later { due_ms: None }, "one watcher per batch");
-    assert!(!c.settles_due(DEP, T0 + SETTLE_DELAY_MS - 1));
-    assert!(c.settles_due(DEP, T0 + SETTLE_DELAY_MS), "the watcher sends them if nothing else has");
-    let tally = c.take_tally(DEP, T0 + 20);
+    assert_eq!(second, ObjectSettle::Later { due_ms: None }, "one watcher at a time");
+    assert_eq!(c.flush_step(DEP, T0 + 500), FlushStep::WaitUntil(T0 + SETTLE_DELAY_MS));
+    let tally = c.take_tally(DEP, T0 + 600);
     let ids: Vec<_> = tally.settles.iter().map(|s| (s.id.as_str(), s.usage)).collect();
     assert_eq!(ids, vec![("r1", usage), ("r2", None)], "the next message carries them");
-    assert!(!c.settles_due(DEP, T0 + SETTLE_DELAY_MS), "carried: nothing for the watcher");
-    // A lost message puts them back, due at once.
+    assert_eq!(c.flush_step(DEP, T0 + SETTLE_DELAY_MS), FlushStep::Done, "carried: the watcher ends");
+    // A lost message puts them back with no watcher: the next admission starts one, once.
     c.restore_tally(DEP, tally);
-    assert!(c.settles_due(DEP, T0 + 30));
+    assert!(c.arm_flush(DEP));
+    assert!(!c.arm_flush(DEP));
+    assert_eq!(c.flush_step(DEP, T0 + 1_100), FlushStep::Send, "they waited their second");
+    // The watcher's report is lost too: back again, due a second after that try, not at once.
+    let lost = c.take_tally(DEP, T0 + 1_100);
+    c.restore_tally(DEP, lost);
+    assert_eq!(c.flush_step(DEP, T0 + 1_101), FlushStep::WaitUntil(T0 + 1_100 + SETTLE_DELAY_MS));
+    // While a watcher runs, a new success starts none; once it ended, the next one does.
+    assert_eq!(
+        c.settle_object(DEP, "r5", &Outcome::Success, None, &none, true, T0 + 1_200),
+        ObjectSettle::Later { due_ms: None }
+    );
+    c.take_tally(DEP, T0 + 1_300);
+    assert_eq!(c.flush_step(DEP, T0 + 1_300), FlushStep::Done);
+    let next = c.settle_object(DEP, "r6", &Outcome::Success, None, &none, true, T0 + 1_400);
+    assert_eq!(next, ObjectSettle::Later { due_ms: Some(T0 + 1_400 + SETTLE_DELAY_MS) });
     // A 429 (urgent), a probe or an in-flight slot (not deferrable) go at once.
     let limited = Outcome::RateLimited { retry_after_ms: None };
     assert!(matches!(c.settle_object(DEP, "r3", &limited, None, &none, true, T0), ObjectSettle::Now(_)));

@@ -12,6 +12,9 @@ const MINUTE_MS: usize = 60_000;
 
 #[derive(Debug, Default)]
 pub struct Recorder {
+    /// Reservations the object still held a minute after the last arrival (every request has
+    /// ended by then, so each is a settle that never arrived).
+    pub unsettled_after_end: Option<usize>,
     /// Requests and real tokens of admissions, per millisecond of use.
     pub used_requests: Vec<u32>,
     pub used_tokens: Vec<u64>,

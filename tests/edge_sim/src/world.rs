@@ -12,8 +12,8 @@ use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};
 
 use edge_gateway::limits::lease_ledger::{
-    Decision, LeaseLedger, ObjectSettle, SettleAction, Ticket, ASK_POLL_FIRST_MS, ASK_POLL_MAX_MS, MAX_ASK_WAIT_MS,
-    MAX_QUIET_MS,
+    Decision, FlushStep, LeaseLedger, ObjectSettle, SettleAction, Ticket, ASK_POLL_FIRST_MS, ASK_POLL_MAX_MS,
+    MAX_ASK_WAIT_MS, MAX_QUIET_MS,
 };
 use edge_gateway::usage::output_history::OutputHistory;
 use edge_gateway::usage::record::Ingress;
@@ -110,6 +110,8 @@ enum Event {
     Snapshot,
     Restart,
     Tick,
+    /// After the longest request and a settle's delay: what the object still holds.
+    Audit,
 }
 
 struct Scheduled {
@@ -240,6 +242,8 @@ impl World {
             w.at(life, Event::Retire { slot });
         }
         w.at(0, Event::Tick);
+        // Requests last at most 60 s and wait at most a few seconds to start.
+        w.at((w.config.duration_s + 65) * 1_000_000, Event::Audit);
         if w.config.restart_at_s.is_some() {
             w.at(WRITE_BEHIND_MS * 1_000, Event::Snapshot);
         }
@@ -324,11 +328,7 @@ impl World {
                 }
             }
             Event::Retire { slot } => self.retire(slot),
-            Event::Flush { isolate } => {
-                if self.isolates[isolate].ledger.settles_due(DEP, self.now_ms()) {
-                    self.report(isolate);
-                }
-            }
+            Event::Flush { isolate } => self.flush(isolate),
             Event::Snapshot => {
                 // The alarm's write-behind: what a restart comes back to.
                 self.object.snapshot = Some(self.object.state.to_snapshot());
@@ -343,6 +343,7 @@ impl World {
                     None => LimiterState::new(self.config.limits.clone(), now),
                 };
             }
+            Event::Audit => self.recorder.unsettled_after_end = Some(self.object.state.in_flight()),
             Event::Tick => {
                 self.refresh_norm();
                 if self.running() {
@@ -438,6 +439,9 @@ impl World {
         rec.real_tokens += real;
         rec.offered(elapsed, real);
         let (now, limits) = (self.now_ms(), self.config.limits.clone());
+        if self.isolates[isolate].ledger.arm_flush(DEP) {
+            self.at(self.now_us, Event::Flush { isolate });
+        }
         let decision = self.isolates[isolate].ledger.admit(DEP, &limits, request.need, now);
         self.proceed(isolate, request, decision);
     }
@@ -517,6 +521,21 @@ impl World {
             tenant: None,
         };
         self.send(isolate, LimiterRequest::Admit(message), Pending::Admit { request, ask: decision.ask, tally });
+    }
+
+    /// The settle watcher (`admission::watch_settles`).
+    fn flush(&mut self, isolate: usize) {
+        loop {
+            let now = self.now_ms();
+            match self.isolates[isolate].ledger.flush_step(DEP, now) {
+                FlushStep::Done => return,
+                FlushStep::WaitUntil(due_ms) => {
+                    self.at((due_ms - T0_MS) * 1_000, Event::Flush { isolate });
+                    return;
+                }
+                FlushStep::Send => self.report(isolate),
+            }
+        }
     }
 
     fn send_lease(&mut self, isolate: usize, ask: LeaseAsk) {

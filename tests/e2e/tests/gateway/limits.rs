@@ -191,7 +191,9 @@ fn an_object_admitted_success_is_settled_in_a_later_message_within_a_second_or_s
     let s = stack();
     // RPM 100 is too small to lease: the object admits each request (one round trip) and the
     // success's settle rides with the isolate's next message, or a report a second later.
-    let body = json!({"model": "settle-later", "max_tokens": 5000, "messages": [{"role": "user", "content": "hi"}]});
+    // An estimate of 60,000 tokens: the bucket (100,000 a minute) takes ~36 s to refill that, so a
+    // full bucket below means the usage replaced the estimate, not that time passed.
+    let body = json!({"model": "settle-later", "max_tokens": 60000, "messages": [{"role": "user", "content": "hi"}]});
     let r = post(&s.url("/v1/chat/completions"), KEY, &body);
     assert_eq!(r.status, 200, "{}", r.body);
     let used = r.json()["usage"]["total_tokens"].as_i64().unwrap();
@@ -209,9 +211,10 @@ fn an_object_admitted_success_is_settled_in_a_later_message_within_a_second_or_s
     assert_eq!(settled["calls"]["admit"], 1, "{settled}");
     assert_eq!(settled["calls"]["settle"].as_u64().unwrap_or(0), 0, "no settle message of its own: {settled}");
     assert!(settled["calls"]["report"].as_u64().unwrap_or(0) >= 1, "the watcher's report carried it: {settled}");
-    // The estimate (5,000+ tokens) was replaced by the usage the vendor reported.
+    // The estimate (60,000+ tokens) was replaced by the usage the vendor reported.
     let tpm = settled["buckets"]["tpm"]["available"].as_i64().unwrap();
     assert!(tpm >= 100_000 - used, "tpm {tpm}: the reservation was not reconciled ({used} used)");
+    assert!(started.elapsed() < Duration::from_secs(10), "settled only after {:?}", started.elapsed());
 }
 
 #[test]
