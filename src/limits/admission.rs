@@ -70,6 +70,7 @@ async fn wait_for_ask(object: &str, until_ms: u64) -> bool {
 async fn decide(object: &str, limits: &Limits, need: Amounts) -> Decision {
     let deadline_ms = now_ms() + MAX_ASK_WAIT_MS;
     let mut decision = leases(|c| c.admit(object, limits, need, now_ms()));
+    let watch_settles = decision.watch_settles;
     while let Some(until_ms) = decision.wait_until_ms {
         let until_ms = until_ms.min(deadline_ms);
         let now = now_ms();
@@ -77,7 +78,7 @@ async fn decide(object: &str, limits: &Limits, need: Amounts) -> Decision {
         let now = now_ms();
         decision = leases(|c| c.admit_again(object, limits, need, now, changed && now < deadline_ms));
     }
-    decision
+    Decision { watch_settles, ..decision }
 }
 
 /// What an object admit carries, given back if the request is dropped before the answer (a
@@ -159,11 +160,10 @@ async fn admit_to(
     max_wait_ms: u64,
 ) -> Admit {
     let need = Amounts::request(estimate.input, estimate.output);
-    // Settles put back after a lost message, with no watcher: this request starts one.
-    if leases(|c| c.arm_flush(object)) {
+    let Decision { local, ask, watch_settles: watch, .. } = decide(object, limits, need).await;
+    if watch {
         ctx.wait_until(watch_settles(env.clone(), object.to_string()));
     }
-    let Decision { local, ask, .. } = decide(object, limits, need).await;
     if let Some(local) = local {
         if let Some(ask) = ask {
             ctx.wait_until(renew(env.clone(), object.to_string(), limits.clone(), ask));
@@ -173,15 +173,8 @@ async fn admit_to(
     if let Some(answer) = spare_the_object(env, ctx, object, limits, max_wait_ms, &ask) {
         return answer;
     }
-    let stub = match env.durable_object(LIMITER_BINDING).and_then(|ns| client::stub_named(&ns, object)) {
-        Ok(stub) => stub,
-        Err(e) => {
-            if let Some(ask) = &ask {
-                leases(|c| c.ask_lost(object, &ask.id));
-            }
-            log_unreachable(object, &e.to_string());
-            return Admit::Admitted(unlimited());
-        }
+    let Some(stub) = object_stub(env, object, &ask) else {
+        return Admit::Admitted(unlimited());
     };
     let tally = leases(|c| c.take_tally(object, now_ms()));
     let request = AdmitRequest {
@@ -193,9 +186,12 @@ async fn admit_to(
         tally: tally.clone(),
         tenant: tenant.map(str::to_string),
     };
-    let mut carried = InFlight { object, ask: ask.as_ref().map(|a| a.id.clone()), tally: Some(tally.clone()) };
+    // Until the answer, the ask and the tally are given back if the request goes (or the call fails).
+    let mut carried = InFlight { object, ask: ask.as_ref().map(|a| a.id.clone()), tally: Some(tally) };
     let answer = client::admit(&stub, request).await;
-    (carried.ask, carried.tally) = (None, None);
+    if answer.is_ok() {
+        (carried.ask, carried.tally) = (None, None);
+    }
     match answer {
         Ok(AdmitDecision::Admitted { start_after_ms, remaining_requests, remaining_tokens, lease, probe }) => {
             if let Some(ask) = ask {
@@ -216,15 +212,24 @@ async fn admit_to(
             refused(ctx, env, object, limits, ask.as_ref(), refusal)
         }
         Err(e) => {
-            leases(|c| {
-                c.restore_tally(object, tally);
-                c.unreachable(object, now_ms());
-                if let Some(ask) = &ask {
-                    c.ask_lost(object, &ask.id);
-                }
-            });
+            drop(carried);
+            leases(|c| c.unreachable(object, now_ms()));
             log_unreachable(object, &e.to_string());
             Admit::Admitted(unlimited())
+        }
+    }
+}
+
+/// The limiter object's stub; `None` (the ask given up, the problem logged) when it has none.
+fn object_stub(env: &Env, object: &str, ask: &Option<LeaseAsk>) -> Option<Stub> {
+    match limiter_stub(env, object) {
+        Ok(stub) => Some(stub),
+        Err(e) => {
+            if let Some(ask) = ask {
+                leases(|c| c.ask_lost(object, &ask.id));
+            }
+            log_unreachable(object, &e.to_string());
+            None
         }
     }
 }
@@ -394,8 +399,12 @@ async fn report(stub: &Stub, object: &str) {
     }
 }
 
+fn limiter_stub(env: &Env, object: &str) -> worker::Result<Stub> {
+    env.durable_object(LIMITER_BINDING).and_then(|ns| client::stub_named(&ns, object))
+}
+
 fn stub_for(env: &Env, object: &str) -> Option<Stub> {
-    match env.durable_object(LIMITER_BINDING).and_then(|ns| client::stub_named(&ns, object)) {
+    match limiter_stub(env, object) {
         Ok(stub) => Some(stub),
         Err(e) => {
             log_failed("limiter_unreachable", object, &e.to_string());
@@ -464,17 +473,14 @@ async fn watch_settles(env: Env, object: String) {
 /// waiting in the tally.
 enum ObjectPart {
     Send(Box<RemoteSettle>),
-    FlushAt { env: Env, object: String, due_ms: u64 },
+    Watch { env: Env, object: String },
 }
 
 impl ObjectPart {
     async fn run(self) {
         match self {
             ObjectPart::Send(remote) => remote.send().await,
-            ObjectPart::FlushAt { env, object, due_ms } => {
-                worker::Delay::from(Duration::from_millis(due_ms.saturating_sub(now_ms()))).await;
-                watch_settles(env, object).await;
-            }
+            ObjectPart::Watch { env, object } => watch_settles(env, object).await,
         }
     }
 }
@@ -547,7 +553,7 @@ impl Admission {
                 let now = now_ms();
                 match leases(|c| c.settle_object(&object, &id, &outcome, usage, &signals, deferrable, now)) {
                     ObjectSettle::Later { due_ms: None } => None,
-                    ObjectSettle::Later { due_ms: Some(due_ms) } => Some(ObjectPart::FlushAt { env, object, due_ms }),
+                    ObjectSettle::Later { due_ms: Some(_) } => Some(ObjectPart::Watch { env, object }),
                     ObjectSettle::Now(tally) => {
                         let request = SettleRequest { id, outcome, usage, signals, tally };
                         Some(ObjectPart::Send(Box::new(RemoteSettle { stub, object, request })))

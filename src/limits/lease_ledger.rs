@@ -119,6 +119,9 @@ pub struct Decision {
     /// Neither: an ask is in flight (given up then); wait for its answer, at most
     /// [`MAX_ASK_WAIT_MS`] from the request's arrival, and call [`LeaseLedger::admit_again`].
     pub wait_until_ms: Option<u64>,
+    /// Settles put back after a lost message wait with no watcher: start one (see
+    /// [`LeaseLedger::flush_step`]).
+    pub watch_settles: bool,
 }
 
 /// An object admission's settle: send it now with this tally, or later in a tally (with a
@@ -458,7 +461,8 @@ impl LeaseLedger {
     /// Admits locally if a slice covers `need`, and says whether to ask for a lease now.
     pub fn admit(&mut self, deployment: &str, limits: &Limits, need: Amounts, now_ms: u64) -> Decision {
         local_in(&mut self.deployments, deployment).demand.record(need, now_ms);
-        self.decide(deployment, limits, need, now_ms, true)
+        let watch_settles = self.arm_flush(deployment);
+        Decision { watch_settles, ..self.decide(deployment, limits, need, now_ms, true) }
     }
 
     /// The same request again after waiting for an ask (not counted twice in the rate);
@@ -491,7 +495,7 @@ impl LeaseLedger {
         });
         let waits = admitted.is_none() && ask.is_none() && may_wait;
         let wait_until_ms = if waits { local.ask_expected_by(now_ms) } else { None };
-        Decision { local: admitted, ask, wait_until_ms }
+        Decision { local: admitted, ask, wait_until_ms, watch_settles: false }
     }
 
     /// Admits locally only, asking nothing (after the object refused: a lease granted meanwhile

@@ -439,10 +439,10 @@ impl World {
         rec.real_tokens += real;
         rec.offered(elapsed, real);
         let (now, limits) = (self.now_ms(), self.config.limits.clone());
-        if self.isolates[isolate].ledger.arm_flush(DEP) {
+        let decision = self.isolates[isolate].ledger.admit(DEP, &limits, request.need, now);
+        if decision.watch_settles {
             self.at(self.now_us, Event::Flush { isolate });
         }
-        let decision = self.isolates[isolate].ledger.admit(DEP, &limits, request.need, now);
         self.proceed(isolate, request, decision);
     }
 
