@@ -53,9 +53,9 @@ pub const CORRELATION_HEADER: &str = "x-client-request-id";
 // through the futures queue: four per JSON answer instead of one.
 #[wasm_bindgen(inline_js = "
 export function exchange(url, headerText, body, headersMs, bodyMs, limit, stream) {
-  const headers = new Headers();
+  const headers = Object.create(null);
   const p = headerText.split('\\n');
-  for (let i = 0; i + 1 < p.length; i += 2) headers.set(p[i], p[i + 1]);
+  for (let i = 0; i + 1 < p.length; i += 2) headers[p[i].toLowerCase()] = p[i + 1];
   const ctl = new AbortController();
   const start = Date.now();
   return new Promise((resolve) => {
