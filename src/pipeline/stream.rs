@@ -15,13 +15,13 @@ use crate::pipeline::attempt::{settle_failure, signals_of};
 use crate::pipeline::report;
 use crate::pipeline::step::ClientStream;
 use crate::pipeline::timeouts::AttemptClock;
-use crate::pipeline::upstream::{self, AbortHandle, UpstreamResponse};
+use crate::pipeline::upstream::{self, AbortHandle, BodyReader, UpstreamResponse};
 use crate::providers::{ErrorClass, StreamEnd, UpstreamError};
 use crate::support::clock::now_ms;
 use crate::usage::record::{Attempt, RequestOutcome};
 use futures::channel::oneshot;
 use limiter::protocol::UpstreamSignals;
-use worker::{ByteStream, Context, Env};
+use worker::{Context, Env};
 
 /// One admitted attempt whose upstream answered 2xx, with what the request holds at its key
 /// and tenant (settled with it when the stream ends).
@@ -180,7 +180,7 @@ struct StreamReport {
 
 /// The client-facing half of a stream; dropping it early (client gone) aborts upstream and reports.
 pub struct LiveStream {
-    body: ByteStream,
+    body: BodyReader,
     translator: Box<dyn ClientStream>,
     clock: AttemptClock,
     pending: Option<Vec<u8>>,

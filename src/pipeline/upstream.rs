@@ -6,13 +6,11 @@ use crate::http::header_map::{HeaderMap, HeaderText};
 use crate::pipeline::answer_limit::AnswerLimit;
 use crate::pipeline::timeouts::Wait;
 use crate::providers::{ErrorClass, UpstreamCall, UpstreamError};
-use futures::future::{select, Either};
-use std::time::Duration;
 use worker::js_sys::futures::JsFuture;
 use worker::js_sys::{self, Uint8Array};
 use worker::wasm_bindgen::prelude::wasm_bindgen;
 use worker::wasm_bindgen::{JsCast, JsValue};
-use worker::{web_sys, ByteStream, Delay};
+use worker::web_sys;
 
 /// A vendor response whose headers have arrived; a JSON answer's (or an error's) body is already
 /// read, a stream's is still coming.
@@ -20,8 +18,8 @@ pub struct UpstreamResponse {
     pub status: u16,
     /// Read once: the rate-limit signals alone look up eight names.
     pub headers: HeaderMap,
-    /// The runtime's own response, kept only for a stream.
-    response: Option<web_sys::Response>,
+    /// A stream's body reader, kept only for a stream.
+    reader: Option<web_sys::ReadableStreamDefaultReader>,
     /// The whole body, or why it could not be read, for an answer that does not stream.
     body: Option<Result<Vec<u8>, UpstreamError>>,
     /// Aborting it cancels the stream still being read.
@@ -74,7 +72,7 @@ export function exchange(url, headerText, body, headersMs, bodyMs, limit, stream
       if (done) return;
       got = res;
       if (stream && res.status >= 200 && res.status < 300) {
-        finish(described(res, { kind: 0, response: res, abort: ctl }));
+        finish(described(res, { kind: 0, reader: res.body === null ? null : res.body.getReader(), abort: ctl }));
         return;
       }
       const length = res.headers.get('content-length');
@@ -108,6 +106,14 @@ export function exchange(url, headerText, body, headersMs, bodyMs, limit, stream
   });
 }
 function text_of(h) { let s = ''; for (const [k, v] of h) { s += k + '\\n' + v + '\\n'; } return s; }
+export function read_chunk(reader, ms) {
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => resolve(undefined), ms);
+    reader.read().then(
+      ({ done, value }) => { clearTimeout(timer); resolve(done ? null : value); },
+      (e) => { clearTimeout(timer); resolve(String(e)); });
+  });
+}
 ")]
 extern "C" {
     /// Sends the call and settles with an `Exchanged` (never rejects); throws at once on an
@@ -122,6 +128,10 @@ extern "C" {
         limit: f64,
         stream: bool,
     ) -> Result<js_sys::Promise, JsValue>;
+
+    /// The reader's next chunk (a `Uint8Array`), `null` at the end, `undefined` once `ms` passed
+    /// first, or the read's error as a string; never rejects.
+    fn read_chunk(reader: &web_sys::ReadableStreamDefaultReader, ms: f64) -> js_sys::Promise;
 
     /// What `exchange` settled with.
     type Exchanged;
@@ -140,7 +150,7 @@ extern "C" {
     #[wasm_bindgen(method, getter)]
     fn error(this: &Exchanged) -> String;
     #[wasm_bindgen(method, getter)]
-    fn response(this: &Exchanged) -> Option<web_sys::Response>;
+    fn reader(this: &Exchanged) -> Option<web_sys::ReadableStreamDefaultReader>;
     #[wasm_bindgen(method, getter)]
     fn abort(this: &Exchanged) -> Option<web_sys::AbortController>;
 }
@@ -199,7 +209,7 @@ pub async fn send(
     Ok(UpstreamResponse {
         status: out.status(),
         headers: HeaderMap::parse(out.headers()),
-        response: out.response(),
+        reader: out.reader(),
         body: read,
         abort: AbortHandle(out.abort()),
     })
@@ -210,30 +220,32 @@ pub fn read_body(upstream: &mut UpstreamResponse) -> Result<Vec<u8>, UpstreamErr
     upstream.body.take().unwrap_or_else(|| Ok(Vec::new()))
 }
 
-/// A stream's body, chunk by chunk.
-pub fn body_stream(upstream: &mut UpstreamResponse) -> Result<ByteStream, UpstreamError> {
-    let body = upstream.response.as_ref().and_then(web_sys::Response::body);
-    let body = body.ok_or_else(|| failure(ErrorClass::Connection, "upstream body unreadable".into()))?;
-    Ok(ByteStream::from(body))
+/// A stream's body, read chunk by chunk with `next_chunk`.
+pub fn body_stream(upstream: &mut UpstreamResponse) -> Result<BodyReader, UpstreamError> {
+    let reader = upstream.reader.take();
+    reader.map(BodyReader).ok_or_else(|| failure(ErrorClass::Connection, "upstream body unreadable".into()))
 }
 
-/// `work`'s output, or `None` once `timeout_ms` has passed.
-async fn within<T>(work: impl std::future::Future<Output = T>, timeout_ms: u64) -> Option<T> {
-    let timer = Box::pin(Delay::from(Duration::from_millis(timeout_ms)));
-    match select(Box::pin(work), timer).await {
-        Either::Left((out, _)) => Some(out),
-        Either::Right(_) => None,
-    }
-}
+/// A streamed body's reader.
+pub struct BodyReader(web_sys::ReadableStreamDefaultReader);
 
+// One call and one promise per chunk, the read and its timer in JS: reading through worker's
+// `ByteStream` with a `Delay` beside it was a read promise, a timer closure and two timer calls.
 /// The next chunk of a streamed body, or the wait's expiry.
-pub async fn next_chunk(stream: &mut ByteStream, wait: Wait) -> Result<Option<Vec<u8>>, UpstreamError> {
-    use futures::StreamExt;
-    match within(stream.next(), wait.ms).await {
-        Some(Some(Ok(bytes))) => Ok(Some(bytes)),
-        Some(Some(Err(e))) => Err(failure(ErrorClass::Connection, format!("upstream stream broke: {e}"))),
-        Some(None) => Ok(None),
-        None => Err(wait.expired()),
+pub async fn next_chunk(reader: &mut BodyReader, wait: Wait) -> Result<Option<Vec<u8>>, UpstreamError> {
+    let read = JsFuture::from(read_chunk(&reader.0, wait.ms as f64)).await.unwrap_or(JsValue::UNDEFINED);
+    if read.is_null() {
+        return Ok(None);
+    }
+    if read.is_undefined() {
+        return Err(wait.expired());
+    }
+    match read.dyn_into::<Uint8Array>() {
+        Ok(bytes) => Ok(Some(bytes.to_vec())),
+        Err(other) => {
+            let why = other.as_string().unwrap_or_else(|| "a chunk that is not bytes".into());
+            Err(failure(ErrorClass::Connection, format!("upstream stream broke: {why}")))
+        }
     }
 }
 
