@@ -1,6 +1,14 @@
 # Sourced by every script: the pinned tool versions and the offline build settings, in one place.
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 export ROOT
+# Where cargo puts builds: $CARGO_TARGET_DIR when the user sets one (made absolute, so every script
+# and every cargo call agree on it whatever their directory), else target/ in the checkout.
+if [[ -n "${CARGO_TARGET_DIR:-}" ]]; then
+  [[ "$CARGO_TARGET_DIR" == /* ]] || CARGO_TARGET_DIR="$ROOT/$CARGO_TARGET_DIR"
+  export CARGO_TARGET_DIR
+fi
+TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+export TARGET_DIR
 WASM_BINDGEN_VERSION=0.2.130
 WORKER_BUILD_VERSION=0.8.7
 WRANGLER_VERSION=4.86.0

@@ -72,6 +72,15 @@ pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("repo root")
 }
 
+/// Where cargo builds: `$CARGO_TARGET_DIR` when set (relative to the checkout, as the scripts take
+/// it), else `target/`.
+pub fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR").filter(|d| !d.is_empty()) {
+        Some(dir) => root().join(dir),
+        None => root().join("target"),
+    }
+}
+
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
 }
@@ -149,7 +158,7 @@ fn launch(run_dir: &Path, options: StackOptions) -> Stack {
     let state = run_dir.join("state");
     let mock_bin = std::env::var("MOCK_PROVIDER_BIN")
         .map(PathBuf::from)
-        .unwrap_or_else(|_| root.join("target/debug/mock-provider"));
+        .unwrap_or_else(|_| target_dir().join("debug/mock-provider"));
     assert!(
         mock_bin.exists(),
         "{} missing: run `cargo build -p mock-provider` (scripts/test does)",

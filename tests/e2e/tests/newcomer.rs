@@ -2,8 +2,13 @@
 //! ran there, serves the curls it prints; stopping it leaves nothing running; a second start on
 //! other ports keeps what an admin uploaded with `--local`, and a key is revocable by its listed id.
 //!
-//! Time bounds are generous on purpose: the first start builds everything from cold (several
-//! minutes on two busy cores), so readiness may take up to 25 minutes before the test gives up.
+//! The clone builds into this checkout's cargo target directory (`CARGO_TARGET_DIR`, which every
+//! script honours): what cargo compiled for the suite is reused, while `build/`, `.dev.vars`,
+//! `node_modules/` and `.wrangler/` start empty as on a real clone, and scripts/dev still runs
+//! every build step it needs (cargo then only checks what is up to date).
+//!
+//! Time bounds are generous on purpose: the first start may build from cold (several minutes on
+//! two busy cores), so readiness may take up to 25 minutes before the test gives up.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -72,6 +77,7 @@ impl Dev {
         let stderr = std::fs::File::create(log).expect("log file");
         let mut child = Command::new(clone.join("scripts/dev"))
             .current_dir(clone)
+            .env("CARGO_TARGET_DIR", e2e::target_dir())
             .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -161,7 +167,13 @@ impl Drop for Dev {
 }
 
 fn sh(cmd: &str, cwd: &Path) -> (bool, String) {
-    let out = Command::new("bash").arg("-c").arg(cmd).current_dir(cwd).output().expect("bash");
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(cmd)
+        .current_dir(cwd)
+        .env("CARGO_TARGET_DIR", e2e::target_dir())
+        .output()
+        .expect("bash");
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     (out.status.success(), text)
 }
