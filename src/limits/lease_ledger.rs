@@ -210,10 +210,13 @@ struct Demand {
     /// Ten seconds, for the sustained rate.
     ten: Counter,
     average: Option<Amounts>,
+    /// This isolate's first request to the deployment.
+    since_ms: Option<u64>,
 }
 
 impl Demand {
     fn record(&mut self, need: Amounts, now_ms: u64) {
+        self.since_ms.get_or_insert(now_ms);
         self.second.record(SECOND_MS, now_ms);
         self.tenth.record(SECOND_MS / 10, now_ms);
         self.ten.record(TEN_SECONDS_MS, now_ms);
@@ -236,6 +239,19 @@ impl Demand {
             second: self.second.over_last(SECOND_MS, now_ms),
             ten_seconds: self.ten.over_last(TEN_SECONDS_MS, now_ms),
         }
+    }
+
+    /// The rates to size slices by: under a very large limit a second's count is scaled to the
+    /// rate it implies while this isolate has seen the deployment for less than a second (a new
+    /// isolate of a busy deployment otherwise asks for a fraction of what it needs, and asks
+    /// again and again while it warms up).
+    fn sizing_rates(&self, limits: &Limits, now_ms: u64) -> Rates {
+        let rates = self.rates(now_ms);
+        if !policy::scale_young(policy::max_slice(limits)) {
+            return rates;
+        }
+        let age = now_ms.saturating_sub(self.since_ms.unwrap_or(now_ms));
+        Rates { second: policy::young_rate(rates.second, age), ..rates }
     }
 
     /// Leasing pays once a lease serves more than the requests that brought it (see `lease_policy`).
@@ -391,7 +407,7 @@ impl Local {
         if !limits.has_buckets() {
             return Amounts { requests: MAX_WANT, ..Amounts::default() };
         }
-        let rate = policy::sizing_rate(self.demand.rates(now_ms));
+        let rate = policy::sizing_rate(self.demand.sizing_rates(limits, now_ms));
         let most = policy::max_slice(limits).unwrap_or(MIN_WANT).min(MAX_WANT);
         let over =
             |ttl_ms: u64| (rate * (ttl_ms - EXPIRY_MARGIN_MS)).div_ceil(SECOND_MS).clamp(MIN_WANT, MAX_WANT).min(most);

@@ -76,6 +76,28 @@ pub fn sizing_rate(r: Rates) -> u64 {
     burst.min(2 * steady)
 }
 
+/// A limit on requests whose largest slice is at least this (500,000 a minute) sizes a new
+/// isolate's slices from its first moments' rate (`young_rate`): what over-asking strands is
+/// nothing to it. Below it the simulation's bursty and saturated scenarios ((c), (f)) refused
+/// and over-admitted more; a tokens-only limit is left alone too ((e): no gain, more refusals).
+pub const YOUNG_SLICE: u64 = 10_000;
+
+/// Whether a new isolate's rate is scaled up from its first moments (see [`YOUNG_SLICE`]);
+/// `u64::MAX` is `max_slice` of a limit without request buckets.
+pub fn scale_young(max_slice: Option<u64>) -> bool {
+    max_slice.is_some_and(|n| (YOUNG_SLICE..u64::MAX).contains(&n))
+}
+
+/// Requests in the last second as a rate, for an isolate that has seen the deployment for only
+/// `age_ms` of it: scaled up to a whole second (from at least a tenth of one).
+pub fn young_rate(second: u64, age_ms: u64) -> u64 {
+    const SECOND_MS: u64 = 1_000;
+    if age_ms >= SECOND_MS {
+        return second;
+    }
+    (second * SECOND_MS).div_ceil(age_ms.max(SECOND_MS / 10))
+}
+
 /// The most requests one slice should take from `limits`, or `None` when its request buckets
 /// are too small to lease without fragmenting them.
 pub fn max_slice(limits: &Limits) -> Option<u64> {
@@ -134,6 +156,28 @@ mod tests {
         assert_eq!(sizing_rate(rates(0, 50, 100)), 50);
         assert_eq!(sizing_rate(rates(0, 0, 30)), 0, "quiet this second: nothing to size");
         assert_eq!(sizing_rate(rates(1, 1, 300)), 10);
+    }
+
+    #[test]
+    fn a_young_isolates_second_is_scaled_to_its_rate() {
+        assert_eq!(young_rate(8, 200), 40, "eight requests in its first 200 ms: 40 a second");
+        assert_eq!(young_rate(1, 0), 10, "one request, just now: at most ten a second");
+        assert_eq!(young_rate(3, 50), 30, "never scaled from less than a tenth of a second");
+        assert_eq!(young_rate(40, 1_000), 40, "a whole second seen: as counted");
+        assert_eq!(young_rate(40, 60_000), 40);
+        assert_eq!(young_rate(0, 500), 0);
+        assert_eq!(young_rate(7, 999), 8, "rounded up");
+    }
+
+    #[test]
+    fn only_very_large_request_limits_scale_a_young_isolates_rate() {
+        let slice = |rpm| max_slice(&Limits { rpm: Some(rpm), ..Limits::default() });
+        assert!(!scale_young(slice(60_000)), "(f)'s limit: a slice of 1,200");
+        assert!(!scale_young(slice(499_999)));
+        assert!(scale_young(slice(500_000)));
+        assert!(scale_young(slice(4_000_000)), "(a)'s limit");
+        assert!(!scale_young(max_slice(&Limits { tpm: Some(15_000_000), ..Limits::default() })), "tokens only");
+        assert!(!scale_young(None));
     }
 
     #[test]

@@ -92,6 +92,23 @@ fn a_large_limit_leases_from_the_first_request() {
 }
 
 #[test]
+fn under_a_very_large_limit_a_new_isolate_asks_for_the_rate_its_first_moments_show() {
+    let first = LeaseLedger::new("iso").admit(DEP, &rpm(4_000_000), need(1), T0).ask.expect("the first request asks");
+    // One request just now reads as ten a second (scaled from no less than a tenth of one),
+    // over a hot slice's 5.75 s.
+    assert_eq!(first.want.requests, 58);
+    let mut c = LeaseLedger::new("iso");
+    assert_eq!(c.admit(DEP, &rpm(100_000), need(1), T0).ask.unwrap().want.requests, MIN_WANT * 3, "not scaled");
+    // A second old, it counts as it always did.
+    let mut c = LeaseLedger::new("iso");
+    let limits = rpm(4_000_000);
+    let ask = c.admit(DEP, &limits, need(1), T0).ask.unwrap();
+    c.ask_lost(DEP, &ask.id);
+    let later = c.admit(DEP, &limits, need(1), T0 + 3_000).ask.expect("asks again");
+    assert_eq!(later.want.requests, MIN_WANT * 3, "1 in the last second, capped at twice the steady rate");
+}
+
+#[test]
 fn a_small_limit_is_never_leased() {
     let mut c = LeaseLedger::new("iso");
     for i in 0..100 {
