@@ -7,7 +7,8 @@
 //! - Never fragment a small limit: a slice is at most [`FRAGMENTS`]th of the bucket, and a
 //!   bucket too small for even the smallest slice is admitted request by request.
 //! - Size a slice from the isolate's own rate, growing with a burst but not beyond twice what
-//!   the last second or the last ten seconds show.
+//!   the last second or the last ten seconds show; under a very large limit a new isolate's
+//!   first second counts at the rate it implies, not as a quiet second.
 //! - Renew ahead of running dry by the round trip this isolate measures, so a slow or busy object
 //!   does not leave isolates without a slice (and then flooding it with per-request admits).
 //! - Hand back expired slices on their own message only when no ask will carry them soon.
