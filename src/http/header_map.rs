@@ -21,12 +21,17 @@ extern "C" {
 pub struct HeaderText(String);
 
 impl HeaderText {
-    /// Adds one header; a name or value holding a newline is refused here (the runtime would too).
+    /// Adds one header, its name lower-cased (ASCII, so a later one of the same name wins
+    /// whatever its case); what the runtime would refuse in a value (a line break, NUL, a
+    /// character beyond Latin-1) is refused here, with the header's name.
     pub fn add(&mut self, name: &str, value: &str) -> Result<(), String> {
-        if name.contains('\n') || value.contains('\n') {
-            return Err(format!("invalid header {name}: line break"));
+        if name.contains('\n') || value.contains(['\n', '\r', '\0']) {
+            return Err(format!("invalid header {name}: line break or NUL"));
         }
-        self.0.push_str(name);
+        if value.chars().any(|c| c as u32 > 0xFF) {
+            return Err(format!("invalid header {name}: a character beyond Latin-1"));
+        }
+        self.0.extend(name.chars().map(|c| c.to_ascii_lowercase()));
         self.0.push('\n');
         self.0.push_str(value);
         self.0.push('\n');
@@ -113,5 +118,18 @@ mod tests {
         assert_eq!(map.get("content-length"), Some("12"));
         // Duplicates: the first wins, as the runtime joins repeats into one value anyway.
         assert_eq!(HeaderMap::parse("a\n1\na\n2\n").get("a"), Some("1"));
+    }
+
+    #[test]
+    fn header_text_lower_cases_names_and_refuses_what_the_runtime_would() {
+        let mut text = HeaderText::default();
+        text.add("Authorization", "Bearer k").unwrap();
+        text.add("x-ÄÖ", "Välue").unwrap();
+        assert_eq!(text.as_str(), "authorization\nBearer k\nx-ÄÖ\nVälue\n", "ASCII only; Latin-1 values pass");
+        for bad in ["a\nb", "a\rb", "a\0b", "caf\u{20ac}"] {
+            assert!(text.add("x-bad", bad).unwrap_err().starts_with("invalid header x-bad"), "{bad:?}");
+        }
+        assert!(text.add("x\nbad", "v").is_err());
+        assert_eq!(text.as_str(), "authorization\nBearer k\nx-ÄÖ\nVälue\n", "nothing of a refused header");
     }
 }

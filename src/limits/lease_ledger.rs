@@ -210,13 +210,16 @@ struct Demand {
     /// Ten seconds, for the sustained rate.
     ten: Counter,
     average: Option<Amounts>,
-    /// This isolate's first request to the deployment.
+    /// This isolate's first request to the deployment, or its first after ten quiet seconds (a
+    /// fallback deployment that suddenly takes a failed one's traffic starts like a new isolate).
     since_ms: Option<u64>,
 }
 
 impl Demand {
     fn record(&mut self, need: Amounts, now_ms: u64) {
-        self.since_ms.get_or_insert(now_ms);
+        if self.since_ms.is_none() || self.ten.over_last(TEN_SECONDS_MS, now_ms) == 0 {
+            self.since_ms = Some(now_ms);
+        }
         self.second.record(SECOND_MS, now_ms);
         self.tenth.record(SECOND_MS / 10, now_ms);
         self.ten.record(TEN_SECONDS_MS, now_ms);

@@ -77,7 +77,8 @@ pub fn sizing_rate(r: Rates) -> u64 {
     burst.min(2 * steady)
 }
 
-/// A limit on requests whose largest slice is at least this (500,000 a minute) sizes a new
+/// A limit on requests whose largest slice is at least this (every request bucket 500,000 or
+/// more: RPM, and RPD when set) sizes a new
 /// isolate's slices from its first moments' rate (`young_rate`): what over-asking strands is
 /// nothing to it. Below it the simulation's bursty and saturated scenarios ((c), (f)) refused
 /// and over-admitted more; a tokens-only limit is left alone too ((e): no gain, more refusals).

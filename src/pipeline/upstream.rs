@@ -53,7 +53,7 @@ pub const CORRELATION_HEADER: &str = "x-client-request-id";
 export function exchange(url, headerText, body, headersMs, bodyMs, limit, stream) {
   const headers = Object.create(null);
   const p = headerText.split('\\n');
-  for (let i = 0; i + 1 < p.length; i += 2) headers[p[i].toLowerCase()] = p[i + 1];
+  for (let i = 0; i + 1 < p.length; i += 2) headers[p[i]] = p[i + 1];
   const ctl = new AbortController();
   const start = Date.now();
   return new Promise((resolve) => {
@@ -111,13 +111,16 @@ export function read_chunk(reader, ms) {
     const timer = setTimeout(() => resolve(undefined), ms);
     reader.read().then(
       ({ done, value }) => { clearTimeout(timer); resolve(done ? null : value); },
-      (e) => { clearTimeout(timer); resolve(String(e)); });
+      (e) => { clearTimeout(timer); const s = String(e); resolve(s === 'Error: aborted' ? null : s); });
   });
+}
+export function cancel_reader(reader) {
+  try { reader.cancel().catch(() => {}); } catch (e) {}
 }
 ")]
 extern "C" {
-    /// Sends the call and settles with an `Exchanged` (never rejects); throws at once on an
-    /// invalid header.
+    /// Sends the call and settles with an `Exchanged` (never rejects); a header the runtime
+    /// refuses fails the fetch (kind 3), though `HeaderText::add` refuses what it can first.
     #[wasm_bindgen(catch)]
     fn exchange(
         url: &str,
@@ -129,9 +132,13 @@ extern "C" {
         stream: bool,
     ) -> Result<js_sys::Promise, JsValue>;
 
-    /// The reader's next chunk (a `Uint8Array`), `null` at the end, `undefined` once `ms` passed
-    /// first, or the read's error as a string; never rejects.
+    /// The reader's next chunk (a `Uint8Array`), `null` at the end (also when the connection
+    /// was aborted under it: the translator then tells a whole stream from a cut one, as worker's
+    /// `ByteStream` did), `undefined` once `ms` passed first, or the read's error as a string;
+    /// never rejects.
     fn read_chunk(reader: &web_sys::ReadableStreamDefaultReader, ms: f64) -> js_sys::Promise;
+    /// Cancels the stream under the reader (ends the vendor's connection); errors are ignored.
+    fn cancel_reader(reader: &web_sys::ReadableStreamDefaultReader);
 
     /// What `exchange` settled with.
     type Exchanged;
@@ -226,8 +233,15 @@ pub fn body_stream(upstream: &mut UpstreamResponse) -> Result<BodyReader, Upstre
     reader.map(BodyReader).ok_or_else(|| failure(ErrorClass::Connection, "upstream body unreadable".into()))
 }
 
-/// A streamed body's reader.
+/// A streamed body's reader; dropping it cancels the body, so a stream given up on any path
+/// (a translator error, the client gone, an early failure) closes the vendor's connection.
 pub struct BodyReader(web_sys::ReadableStreamDefaultReader);
+
+impl Drop for BodyReader {
+    fn drop(&mut self) {
+        cancel_reader(&self.0);
+    }
+}
 
 // One call and one promise per chunk, the read and its timer in JS: reading through worker's
 // `ByteStream` with a `Delay` beside it was a read promise, a timer closure and two timer calls.

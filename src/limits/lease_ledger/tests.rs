@@ -99,13 +99,24 @@ fn under_a_very_large_limit_a_new_isolate_asks_for_the_rate_its_first_moments_sh
     assert_eq!(first.want.requests, 58);
     let mut c = LeaseLedger::new("iso");
     assert_eq!(c.admit(DEP, &rpm(100_000), need(1), T0).ask.unwrap().want.requests, MIN_WANT * 3, "not scaled");
-    // A second old, it counts as it always did.
+    // Seconds on, it counts as it always did.
     let mut c = LeaseLedger::new("iso");
     let limits = rpm(4_000_000);
     let ask = c.admit(DEP, &limits, need(1), T0).ask.unwrap();
     c.ask_lost(DEP, &ask.id);
     let later = c.admit(DEP, &limits, need(1), T0 + 3_000).ask.expect("asks again");
     assert_eq!(later.want.requests, MIN_WANT * 3, "1 in the last second, capped at twice the steady rate");
+}
+
+#[test]
+fn after_ten_quiet_seconds_an_isolate_sizes_its_asks_as_a_new_one() {
+    let limits = rpm(4_000_000);
+    let mut c = LeaseLedger::new("iso");
+    let ask = c.admit(DEP, &limits, need(1), T0).ask.unwrap();
+    c.ask_lost(DEP, &ask.id);
+    // Twenty seconds later, as a fallback's traffic arrives: one request reads as ten a second.
+    let later = c.admit(DEP, &limits, need(1), T0 + 20_000).ask.expect("asks again");
+    assert_eq!(later.want.requests, 58);
 }
 
 #[test]

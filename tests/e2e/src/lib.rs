@@ -72,13 +72,11 @@ pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("repo root")
 }
 
-/// Where cargo builds: `$CARGO_TARGET_DIR` when set (relative to the checkout, as the scripts take
-/// it), else `target/`.
+/// Where cargo built this suite, whatever chose it (`CARGO_TARGET_DIR`, `build.target-dir`): a
+/// test binary is `<target>/<profile>/deps/<name>`.
 pub fn target_dir() -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR").filter(|d| !d.is_empty()) {
-        Some(dir) => root().join(dir),
-        None => root().join("target"),
-    }
+    let exe = std::env::current_exe().ok();
+    exe.and_then(|e| Some(e.parent()?.parent()?.parent()?.to_path_buf())).unwrap_or_else(|| root().join("target"))
 }
 
 pub fn free_port() -> u16 {

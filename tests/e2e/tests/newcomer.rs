@@ -2,10 +2,11 @@
 //! ran there, serves the curls it prints; stopping it leaves nothing running; a second start on
 //! other ports keeps what an admin uploaded with `--local`, and a key is revocable by its listed id.
 //!
-//! The clone builds into this checkout's cargo target directory (`CARGO_TARGET_DIR`, which every
-//! script honours): what cargo compiled for the suite is reused, while `build/`, `.dev.vars`,
-//! `node_modules/` and `.wrangler/` start empty as on a real clone, and scripts/dev still runs
-//! every build step it needs (cargo then only checks what is up to date).
+//! The copy builds into a target directory of its own kept under the suite's (`newcomer/`, through
+//! `CARGO_TARGET_DIR`, which every script honours): registry crates compiled by an earlier run on
+//! the same machine are reused, the copy's own crates are always rebuilt (new paths), and nothing
+//! it builds mixes with the suite's artifacts. On a fresh machine (CI) it is a cold build.
+//! `build/`, `.dev.vars`, `node_modules/` and `.wrangler/` start empty, as on a real clone.
 //!
 //! Time bounds are generous on purpose: the first start may build from cold (several minutes on
 //! two busy cores), so readiness may take up to 25 minutes before the test gives up.
@@ -20,8 +21,10 @@ const FIRST_START: Duration = Duration::from_secs(25 * 60);
 const RESTART: Duration = Duration::from_secs(10 * 60);
 const STOP: Duration = Duration::from_secs(60);
 
-/// A copy of what a clone of this checkout would hold: tracked and untracked, never ignored, files.
+/// A copy of what a clone of this checkout would hold: tracked and untracked, never ignored, files
+/// (never the build directory, wherever it is).
 fn fresh_clone(root: &Path, dest: &Path) {
+    let target = e2e::target_dir();
     let _ = std::fs::remove_dir_all(dest);
     std::fs::create_dir_all(dest).expect("clone dir");
     let out = Command::new("git")
@@ -33,12 +36,17 @@ fn fresh_clone(root: &Path, dest: &Path) {
     for name in out.stdout.split(|b| *b == 0).filter(|n| !n.is_empty()) {
         let name = String::from_utf8_lossy(name).into_owned();
         let (from, to) = (root.join(&name), dest.join(&name));
-        if !from.exists() {
-            continue; // deleted in the work tree, not yet committed
+        if !from.exists() || from.starts_with(&target) {
+            continue; // deleted in the work tree, not yet committed; or a build product
         }
         std::fs::create_dir_all(to.parent().unwrap()).expect("mkdir");
         std::fs::copy(&from, &to).unwrap_or_else(|e| panic!("copy {name}: {e}"));
     }
+}
+
+/// The copy's own cargo target directory (see the module's comment).
+fn clone_target() -> PathBuf {
+    e2e::target_dir().join("newcomer")
 }
 
 fn port_free(port: u16) -> bool {
@@ -77,7 +85,7 @@ impl Dev {
         let stderr = std::fs::File::create(log).expect("log file");
         let mut child = Command::new(clone.join("scripts/dev"))
             .current_dir(clone)
-            .env("CARGO_TARGET_DIR", e2e::target_dir())
+            .env("CARGO_TARGET_DIR", clone_target())
             .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -171,7 +179,7 @@ fn sh(cmd: &str, cwd: &Path) -> (bool, String) {
         .arg("-c")
         .arg(cmd)
         .current_dir(cwd)
-        .env("CARGO_TARGET_DIR", e2e::target_dir())
+        .env("CARGO_TARGET_DIR", clone_target())
         .output()
         .expect("bash");
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));

@@ -11,7 +11,7 @@ use std::process::{Command, Output};
 /// own, so nothing here touches the running gateway's route table.
 fn gatewayctl(args: &[&str], state: &Path) -> Output {
     let s = stack();
-    let bin = s.root.join("target/debug/gatewayctl");
+    let bin = e2e::target_dir().join("debug/gatewayctl");
     assert!(bin.exists(), "{} missing: scripts/test builds it", bin.display());
     let path = format!("{}:{}", s.root.join("node_modules/.bin").display(), std::env::var("PATH").unwrap_or_default());
     Command::new(bin)

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 fn gatewayctl(args: &[&str]) -> String {
     let s = stack();
-    let bin = s.root.join("target/debug/gatewayctl");
+    let bin = e2e::target_dir().join("debug/gatewayctl");
     assert!(bin.exists(), "{} missing: scripts/test builds it", bin.display());
     let path = format!("{}:{}", s.root.join("node_modules/.bin").display(), std::env::var("PATH").unwrap_or_default());
     let out = Command::new(bin)
@@ -58,7 +58,7 @@ fn routes_validate_warns_about_credentials_nobody_bound() {
     let (routes, vars) = (dir.join("routes.json"), dir.join("dev.vars"));
     std::fs::write(&routes, table.to_string()).unwrap();
     std::fs::write(&vars, "# local\nMOCK_OPENAI_KEY=sk-local\n").unwrap();
-    let out = Command::new(root.join("target/debug/gatewayctl"))
+    let out = Command::new(e2e::target_dir().join("debug/gatewayctl"))
         .args(["routes", "validate", routes.to_str().unwrap(), "--dev-vars", vars.to_str().unwrap()])
         .output()
         .expect("run gatewayctl");
