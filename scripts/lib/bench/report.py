@@ -224,7 +224,8 @@ def render(results):
       f"{meta.get('gateway_cpu')} (`taskset`), wrk and the mock vendor to CPU {meta.get('load_cpu')}.")
     p(f"- Request: `POST /v1/chat/completions`, body `{meta.get('body')}`; the mock answers an 8-word completion "
       f"(OpenAI format) at once. Streaming: `delay_ms={meta.get('stream_delay_ms')}` before each of the mock's events, "
-      f"`words={meta.get('stream_words')}`, {meta.get('stream_runs')} runs per target on fresh connections (after 3 warm-ups).")
+      f"`words={meta.get('stream_words')}`, {meta.get('stream_runs')} runs per target on fresh connections, "
+      f"in {meta.get('stream_rounds', 1)} rounds with the targets alternating (each round after 3 warm-ups).")
     p("")
 
     # ---- Issue 16: the gateway's own cost, as ratios to the passthrough worker (Miniflare) -----
