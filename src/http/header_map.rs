@@ -28,7 +28,7 @@ impl HeaderText {
         if name.contains('\n') || value.contains(['\n', '\r', '\0']) {
             return Err(format!("invalid header {name}: line break or NUL"));
         }
-        if value.chars().any(|c| c as u32 > 0xFF) {
+        if !value.is_ascii() && value.chars().any(|c| c as u32 > 0xFF) {
             return Err(format!("invalid header {name}: a character beyond Latin-1"));
         }
         self.0.extend(name.chars().map(|c| c.to_ascii_lowercase()));

@@ -248,9 +248,9 @@ impl Demand {
     /// rate it implies while this isolate has seen the deployment for less than a second (a new
     /// isolate of a busy deployment otherwise asks for a fraction of what it needs, and asks
     /// again and again while it warms up).
-    fn sizing_rates(&self, limits: &Limits, now_ms: u64) -> Rates {
+    fn sizing_rates(&self, max_slice: Option<u64>, now_ms: u64) -> Rates {
         let rates = self.rates(now_ms);
-        if !policy::scale_young(policy::max_slice(limits)) {
+        if !policy::scale_young(max_slice) {
             return rates;
         }
         let age = now_ms.saturating_sub(self.since_ms.unwrap_or(now_ms));
@@ -329,6 +329,13 @@ impl Local {
         self.slices = kept;
         self.tally.returns.extend(gone.into_iter().map(Slice::hand_back));
         self.slices.len() != before
+    }
+
+    /// Arms a settle watcher if settles wait with none; says whether one must start.
+    fn arm_flush(&mut self) -> bool {
+        let needed = !self.tally.settles.is_empty() && !self.flush_armed;
+        self.flush_armed |= needed;
+        needed
     }
 
     /// Stops every local admission: slices go back, and so will the grant of an ask in flight.
@@ -410,8 +417,9 @@ impl Local {
         if !limits.has_buckets() {
             return Amounts { requests: MAX_WANT, ..Amounts::default() };
         }
-        let rate = policy::sizing_rate(self.demand.sizing_rates(limits, now_ms));
-        let most = policy::max_slice(limits).unwrap_or(MIN_WANT).min(MAX_WANT);
+        let max_slice = policy::max_slice(limits);
+        let rate = policy::sizing_rate(self.demand.sizing_rates(max_slice, now_ms));
+        let most = max_slice.unwrap_or(MIN_WANT).min(MAX_WANT);
         let over =
             |ttl_ms: u64| (rate * (ttl_ms - EXPIRY_MARGIN_MS)).div_ceil(SECOND_MS).clamp(MIN_WANT, MAX_WANT).min(most);
         // A slice small against every bucket lives longer at the object: then ask for that life.
@@ -479,8 +487,9 @@ impl LeaseLedger {
 
     /// Admits locally if a slice covers `need`, and says whether to ask for a lease now.
     pub fn admit(&mut self, deployment: &str, limits: &Limits, need: Amounts, now_ms: u64) -> Decision {
-        local_in(&mut self.deployments, deployment).demand.record(need, now_ms);
-        let watch_settles = self.arm_flush(deployment);
+        let local = local_in(&mut self.deployments, deployment);
+        local.demand.record(need, now_ms);
+        let watch_settles = local.arm_flush();
         Decision { watch_settles, ..self.decide(deployment, limits, need, now_ms, true) }
     }
 
@@ -692,10 +701,7 @@ impl LeaseLedger {
     /// Arms a settle watcher if settles wait with none (put back after a lost message); says
     /// whether the caller should start one.
     pub fn arm_flush(&mut self, deployment: &str) -> bool {
-        let local = self.local(deployment);
-        let needed = !local.tally.settles.is_empty() && !local.flush_armed;
-        local.flush_armed |= needed;
-        needed
+        self.local(deployment).arm_flush()
     }
 
     /// The object says the deployment is no longer healthy: stop admitting locally, and ask

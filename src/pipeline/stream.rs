@@ -51,7 +51,7 @@ pub async fn start(
     ctx: &Context,
 ) -> Result<LiveStream, UpstreamError> {
     let signals = signals_of(&up, None);
-    let mut body = match upstream::body_stream(&mut up) {
+    let body = match upstream::body_stream(&mut up) {
         Ok(b) => b,
         Err(e) => return early(e, attempt.admission, signals).await,
     };
@@ -59,7 +59,7 @@ pub async fn start(
     let mut limit = attempt.limit;
     // One deadline for the first content: keep-alives and role-only chunks do not extend it.
     while !translator.emitted_any() {
-        let failure = match upstream::next_chunk(&mut body, attempt.clock.first_token(now_ms())).await {
+        let failure = match upstream::next_chunk(&body, attempt.clock.first_token(now_ms())).await {
             Ok(Some(bytes)) => match limit.take(bytes.len()) {
                 Ok(()) => translator.feed(&bytes, &mut first),
                 Err(too_large) => Some(too_large),
@@ -223,7 +223,7 @@ impl LiveStream {
         }
         while !self.finished {
             let mut out = Vec::new();
-            let next = upstream::next_chunk(&mut self.body, self.clock.next_chunk(now_ms())).await;
+            let next = upstream::next_chunk(&self.body, self.clock.next_chunk(now_ms())).await;
             // Past the route's bound the rest is not read: ended like a broken stream.
             let next = match next {
                 Ok(Some(bytes)) => self.limit.take(bytes.len()).map(|_| Some(bytes)),

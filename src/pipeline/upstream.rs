@@ -246,7 +246,7 @@ impl Drop for BodyReader {
 // One call and one promise per chunk, the read and its timer in JS: reading through worker's
 // `ByteStream` with a `Delay` beside it was a read promise, a timer closure and two timer calls.
 /// The next chunk of a streamed body, or the wait's expiry.
-pub async fn next_chunk(reader: &mut BodyReader, wait: Wait) -> Result<Option<Vec<u8>>, UpstreamError> {
+pub async fn next_chunk(reader: &BodyReader, wait: Wait) -> Result<Option<Vec<u8>>, UpstreamError> {
     let read = JsFuture::from(read_chunk(&reader.0, wait.ms as f64)).await.unwrap_or(JsValue::UNDEFINED);
     if read.is_null() {
         return Ok(None);
