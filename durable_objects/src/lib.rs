@@ -13,11 +13,13 @@ pub mod leases;
 pub mod limits;
 pub mod object;
 pub mod protocol;
+pub mod relay;
 pub mod reservations;
 pub mod rng;
 pub mod shell;
 pub mod types;
 pub mod utc;
+pub mod window;
 
 pub use deployment::LimiterState;
 pub use limits::Limits;

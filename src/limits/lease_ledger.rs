@@ -31,6 +31,7 @@ use limiter::limits::{Amounts, BucketKind, Delta, Limits};
 use limiter::protocol::{
     LateSettle, LeaseAsk, LeaseGrant, LeaseReturn, Outcome, RejectCode, Tally, TokenUsage, UpstreamSignals,
 };
+use limiter::window::Counter;
 
 use crate::limits::lease_policy::{self as policy, Rates};
 
@@ -116,6 +117,9 @@ pub struct LocalAdmit {
 pub struct Decision {
     pub local: Option<LocalAdmit>,
     pub ask: Option<LeaseAsk>,
+    /// `ask` goes to the location's relay (as a lease message, not alongside an object admit);
+    /// a request no slice covers then calls [`LeaseLedger::admit_again`] to wait for its answer.
+    pub via_relay: bool,
     /// Neither: an ask is in flight (given up then); wait for its answer, at most
     /// [`MAX_ASK_WAIT_MS`] from the request's arrival, and call [`LeaseLedger::admit_again`].
     pub wait_until_ms: Option<u64>,
@@ -168,36 +172,6 @@ impl Slice {
 
     fn hand_back(self) -> LeaseReturn {
         LeaseReturn { id: self.id, unused: self.left }
-    }
-}
-
-/// Requests counted in fixed windows; the count over the last `width` weighs the previous
-/// window by its overlap.
-#[derive(Debug, Clone, Default)]
-struct Counter {
-    index: u64,
-    current: u64,
-    previous: u64,
-}
-
-impl Counter {
-    fn record(&mut self, width: u64, now_ms: u64) {
-        let index = now_ms / width;
-        if index != self.index {
-            self.previous = if index == self.index + 1 { self.current } else { 0 };
-            self.current = 0;
-            self.index = index;
-        }
-        self.current += 1;
-    }
-
-    fn over_last(&self, width: u64, now_ms: u64) -> u64 {
-        let (current, previous) = match (now_ms / width).saturating_sub(self.index) {
-            0 => (self.current, self.previous),
-            1 => (0, self.current),
-            _ => (0, 0),
-        };
-        previous * (width - now_ms % width) / width + current
     }
 }
 
@@ -307,6 +281,10 @@ struct Local {
     settles_since_ms: u64,
     /// A settle watcher is running for this deployment.
     flush_armed: bool,
+    /// Slices the relay granted, handed back: they go to the relay only.
+    relay_returns: Vec<LeaseReturn>,
+    /// A call to the relay failed: asks ride with object admits until then.
+    relay_down_until_ms: u64,
 }
 
 /// A refusal for want of room, repeated locally for a short while.
@@ -327,8 +305,20 @@ impl Local {
         let before = self.slices.len();
         let (kept, gone): (VecDeque<Slice>, VecDeque<Slice>) = self.slices.drain(..).partition(|s| keep(s));
         self.slices = kept;
-        self.tally.returns.extend(gone.into_iter().map(Slice::hand_back));
+        for slice in gone {
+            self.hand_back(slice.hand_back());
+        }
         self.slices.len() != before
+    }
+
+    /// A slice's return goes where the slice came from: the relay's to the relay, the object's
+    /// with the next message to the object.
+    fn hand_back(&mut self, ret: LeaseReturn) {
+        if from_relay(&ret.id) {
+            self.relay_returns.push(ret);
+        } else {
+            self.tally.returns.push(ret);
+        }
     }
 
     /// Arms a settle watcher if settles wait with none; says whether one must start.
@@ -382,7 +372,7 @@ impl Local {
         let (id, remaining) = (slice.id.clone(), slice.remaining);
         if slice.left.requests <= 0 {
             let drained = self.slices.remove(i).expect("index was just found");
-            self.tally.returns.push(drained.hand_back());
+            self.hand_back(drained.hand_back());
         }
         let held = self.held();
         let plus = |base: Option<u64>, extra: i64| base.map(|b| b.saturating_add(extra.max(0) as u64));
@@ -466,6 +456,8 @@ impl Local {
 pub struct LeaseLedger {
     prefix: String,
     next_id: u64,
+    /// Asks go to the location's relay (see `limiter::relay`) rather than the object.
+    relay: bool,
     deployments: HashMap<String, Local>,
 }
 
@@ -478,7 +470,12 @@ pub fn leasable(limits: &Limits) -> bool {
 impl LeaseLedger {
     /// `prefix` makes this isolate's lease ids unique (a random draw per isolate).
     pub fn new(prefix: &str) -> Self {
-        LeaseLedger { prefix: prefix.to_string(), next_id: 0, deployments: HashMap::new() }
+        LeaseLedger { prefix: prefix.to_string(), next_id: 0, relay: false, deployments: HashMap::new() }
+    }
+
+    /// The same ledger asking the location's relay for its leases.
+    pub fn with_relay(self) -> Self {
+        LeaseLedger { relay: true, ..self }
     }
 
     fn local(&mut self, deployment: &str) -> &mut Local {
@@ -513,8 +510,13 @@ impl LeaseLedger {
             return Decision::default();
         }
         let admitted = local.take(limits, need);
+        let via_relay = self.relay && policy::via_relay(limits) && now_ms >= local.relay_down_until_ms;
         let ask = local.wants_more(limits, now_ms).then(|| {
-            let id = format!("{}.{}", self.prefix, self.next_id);
+            let id = if via_relay {
+                format!("{}.{RELAY_MARK}{}", self.prefix, self.next_id)
+            } else {
+                format!("{}.{}", self.prefix, self.next_id)
+            };
             self.next_id += 1;
             local.asking = Some((id.clone(), now_ms));
             let want = local.want(limits, now_ms);
@@ -523,7 +525,8 @@ impl LeaseLedger {
         });
         let waits = admitted.is_none() && ask.is_none() && may_wait;
         let wait_until_ms = if waits { local.ask_expected_by(now_ms) } else { None };
-        Decision { local: admitted, ask, wait_until_ms, watch_settles: false }
+        let via_relay = via_relay && ask.is_some();
+        Decision { local: admitted, ask, via_relay, wait_until_ms, watch_settles: false }
     }
 
     /// Admits locally only, asking nothing (after the object refused: a lease granted meanwhile
@@ -555,7 +558,7 @@ impl LeaseLedger {
         if local.void.as_deref() == Some(id) {
             local.void = None;
             let unused = Delta::between(grant.grant, Amounts::default());
-            local.tally.returns.push(LeaseReturn { id: id.to_string(), unused });
+            local.hand_back(LeaseReturn { id: id.to_string(), unused });
             return Some(now_ms);
         }
         let expires_ms = now_ms + grant.ttl_ms.saturating_sub(EXPIRY_MARGIN_MS);
@@ -641,8 +644,15 @@ impl LeaseLedger {
             local.changes += 1;
             return SettleAction::Done;
         }
-        match local.tally.returns.iter_mut().find(|r| r.id == ticket.lease) {
-            Some(ret) => ret.unused = ret.unused.plus(back),
+        let pending = local.tally.returns.iter_mut().chain(local.relay_returns.iter_mut());
+        match pending.into_iter().find(|r| r.id == ticket.lease) {
+            Some(ret) => {
+                ret.unused = ret.unused.plus(back);
+                if from_relay(&ticket.lease) {
+                    // Goes with the relay's next report (the watcher sends it).
+                    return SettleAction::Done;
+                }
+            }
             None => local.tally.released = local.tally.released.plus(back),
         }
         SettleAction::Now(local.take_tally(now_ms))
@@ -728,14 +738,35 @@ impl LeaseLedger {
         self.local(deployment).take_tally(now_ms)
     }
 
+    /// Everything to tell the relay: the tally with the returns of the relay's slices (the relay
+    /// forwards the rest to the object).
+    pub fn take_relay_tally(&mut self, deployment: &str, now_ms: u64) -> Tally {
+        let local = self.local(deployment);
+        let mut tally = local.take_tally(now_ms);
+        tally.returns.append(&mut local.relay_returns);
+        tally
+    }
+
+    /// Whether returns wait for the relay.
+    pub fn relay_pending(&self, deployment: &str) -> bool {
+        self.deployments.get(deployment).is_some_and(|l| !l.relay_returns.is_empty())
+    }
+
+    /// A call to the relay failed: asks ride with object admits for [`RELAY_BACKOFF_MS`].
+    pub fn relay_failed(&mut self, deployment: &str, now_ms: u64) {
+        self.local(deployment).relay_down_until_ms = now_ms + RELAY_BACKOFF_MS;
+    }
+
     /// Puts back a tally whose message was lost, to go with the next one.
     pub fn restore_tally(&mut self, deployment: &str, lost: Tally) {
         let local = self.local(deployment);
+        for ret in lost.returns {
+            local.hand_back(ret);
+        }
         let pending = &mut local.tally;
         pending.successes += lost.successes;
         pending.adjust = pending.adjust.plus(lost.adjust);
         pending.released = pending.released.plus(lost.released);
-        pending.returns.extend(lost.returns);
         pending.settles.extend(lost.settles);
         if pending.signals.is_empty() {
             pending.signals = lost.signals;
@@ -749,7 +780,8 @@ impl LeaseLedger {
         local.retire(|s| s.expires_ms > now_ms);
         let leasing = local.slices.front().is_some_and(|s| local.demand.worth_leasing(&s.limits, now_ms));
         let asks_soon = leasing && now_ms >= local.quiet_until_ms;
-        !local.tally.returns.is_empty() && policy::report_at_expiry(local.slices.len(), asks_soon)
+        let returns = !local.tally.returns.is_empty() || !local.relay_returns.is_empty();
+        returns && policy::report_at_expiry(local.slices.len(), asks_soon)
     }
 
     /// The object refused a request no slice covered for want of room in a bucket: requests
@@ -799,6 +831,17 @@ impl LeaseLedger {
     pub fn held(&self, deployment: &str) -> Delta {
         self.deployments.get(deployment).map(Local::held).unwrap_or_default()
     }
+}
+
+/// Marks the ids of asks sent to the relay (`<prefix>.r<n>`): their slices go back to it.
+const RELAY_MARK: char = 'r';
+
+/// After a failed call to the relay, asks go to the object for this long.
+pub const RELAY_BACKOFF_MS: u64 = 10_000;
+
+/// Whether a lease id is one this isolate asked the relay for.
+pub fn from_relay(id: &str) -> bool {
+    id.rsplit('.').next().is_some_and(|last| last.starts_with(RELAY_MARK))
 }
 
 fn local_in<'a>(deployments: &'a mut HashMap<String, Local>, deployment: &str) -> &'a mut Local {

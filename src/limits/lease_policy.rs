@@ -90,6 +90,15 @@ pub fn scale_young(max_slice: Option<u64>) -> bool {
     max_slice.is_some_and(|n| (YOUNG_SLICE..u64::MAX).contains(&n))
 }
 
+/// Whether isolates lease from their location's relay rather than the object: for a deployment
+/// limited only by its breaker, or whose request limits are very large (see [`YOUNG_SLICE`]).
+/// Under smaller limits the relays' parents strand capacity other locations need: the
+/// simulation's bursty, saturated and token-bound scenarios ((c) to (f)) refused, called and
+/// over-admitted more with relays.
+pub fn via_relay(limits: &Limits) -> bool {
+    !limits.has_buckets() || scale_young(max_slice(limits))
+}
+
 /// Requests in the last second as a rate, for an isolate that has seen the deployment for only
 /// `age_ms` of it: scaled up to a whole second (from at least a tenth of one).
 pub fn young_rate(second: u64, age_ms: u64) -> u64 {

@@ -832,3 +832,68 @@ fn no_waiting_once_the_wait_is_spent_or_no_grant_will_cover() {
     let later = T0 + 50 + limiter::leases::LEASE_RETRY_MS;
     assert!(c.admit(DEP, &limits, need(1), later).wait_until_ms.is_some(), "a while later, waiting again");
 }
+
+// --- asking the location's relay ---
+
+fn relayed(limits: &Limits, now: u64) -> (LeaseLedger, LeaseAsk) {
+    let mut c = LeaseLedger::new("iso").with_relay();
+    let d = (0..3).map(|_| c.admit(DEP, limits, need(1), now)).find(|d| d.ask.is_some()).expect("an ask");
+    assert!(d.via_relay && d.local.is_none());
+    (c, d.ask.expect("an ask for the relay"))
+}
+
+#[test]
+fn with_a_relay_the_ask_goes_there_and_the_request_waits_for_its_answer() {
+    let limits = rpm_tpm(1_000_000, 100_000_000);
+    let (mut c, ask) = relayed(&limits, T0);
+    assert_eq!(ask.id, "iso.r0");
+    assert!(from_relay(&ask.id) && !from_relay("iso.0") && !from_relay("rr.0"));
+    let d = c.admit_again(DEP, &limits, need(1), T0 + 1, true);
+    assert_eq!((d.local.is_none(), d.ask.is_none()), (true, true));
+    assert_eq!(d.wait_until_ms, Some(T0 + ASK_TIMEOUT_MS), "waits for the relay's answer");
+    c.granted(DEP, &ask.id, &limits, &grant(100, 10_000), T0 + 3);
+    let d = c.admit_again(DEP, &limits, need(1), T0 + 3, true);
+    assert_eq!(local(&d).ticket.lease, "iso.r0");
+}
+
+#[test]
+fn the_relays_slices_go_back_to_the_relay_only() {
+    let limits = rpm(1_000_000);
+    let (mut c, ask) = relayed(&limits, T0);
+    c.granted(DEP, &ask.id, &limits, &grant(1, 0), T0 + 2);
+    local(&c.admit_again(DEP, &limits, need(0), T0 + 2, true));
+    assert!(c.relay_pending(DEP), "drained: back to the relay");
+    let to_object = c.take_tally(DEP, T0 + 3);
+    assert!(to_object.returns.is_empty(), "never to the object");
+    assert!(c.relay_pending(DEP));
+    let to_relay = c.take_relay_tally(DEP, T0 + 3);
+    assert_eq!(returns(&to_relay), vec![("iso.r0", rq(0, 0))]);
+    assert!(!c.relay_pending(DEP));
+    // A lost report puts the return back where it belongs.
+    c.restore_tally(DEP, to_relay);
+    assert!(c.relay_pending(DEP) && c.take_tally(DEP, T0 + 4).returns.is_empty());
+}
+
+#[test]
+fn a_released_admission_of_a_returned_relay_slice_goes_with_that_return() {
+    let limits = rpm(1_000_000);
+    let (mut c, ask) = relayed(&limits, T0);
+    c.granted(DEP, &ask.id, &limits, &grant(1, 0), T0 + 2);
+    let ticket = local(&c.admit_again(DEP, &limits, need(0), T0 + 2, true)).ticket.clone();
+    assert_eq!(c.release_local(DEP, &ticket, T0 + 3), SettleAction::Done, "the relay's report carries it");
+    assert_eq!(returns(&c.take_relay_tally(DEP, T0 + 3)), vec![("iso.r0", rq(1, 0))]);
+}
+
+#[test]
+fn a_failed_relay_sends_asks_alongside_object_admits_for_a_while() {
+    let limits = rpm(1_000_000);
+    let (mut c, ask) = relayed(&limits, T0);
+    c.ask_lost(DEP, &ask.id);
+    c.relay_failed(DEP, T0 + 5);
+    let d = c.admit(DEP, &limits, need(1), T0 + 6);
+    assert!(!d.via_relay);
+    assert_eq!(d.ask.expect("asks the object").id, "iso.1");
+    c.ask_lost(DEP, "iso.1");
+    let d = c.admit(DEP, &limits, need(1), T0 + 5 + RELAY_BACKOFF_MS);
+    assert!(d.via_relay, "the relay again after the backoff");
+}

@@ -35,6 +35,8 @@ pub struct Config {
     pub max_wait_ms: u64,
     /// The object's service time per call (one call at a time).
     pub service_us: u64,
+    /// Isolates lease from their location's relay, which leases from the object.
+    pub relays: bool,
     /// A call finding this much work queued ahead of it fails at once ("Durable Object is
     /// overloaded"); the isolate treats it as unreachable.
     pub overload_ms: u64,

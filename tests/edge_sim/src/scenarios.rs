@@ -39,6 +39,8 @@ fn base(name: &'static str, seed: u64) -> Config {
         // ~1,250 decisions a second, as measured on one machine.
         service_us: 800,
         overload_ms: 1_000,
+        // SIM_RELAYS=0: isolates lease from the object itself, as before relays.
+        relays: std::env::var("SIM_RELAYS").map_or(true, |v| v != "0"),
     }
 }
 

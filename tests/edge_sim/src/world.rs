@@ -7,6 +7,10 @@
 //! the object (a lease ask riding along), renewals off the request's path, a watcher handing
 //! slices back at expiry, settles local unless urgent, and fail-open when the object cannot be
 //! reached. Everything is driven by one seeded generator, so a run is a function of its config.
+//!
+//! With `relays` on, each location also has its relay (`limiter::relay::Relay`, the state
+//! machine the `LocationRelay` object runs), a single server 1–4 ms from its isolates: isolates
+//! ask it for their leases and hand them back to it, and it asks the object.
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};
@@ -24,6 +28,7 @@ use limiter::protocol::{
     AdmitDecision, AdmitRequest, LeaseAsk, LeaseDecision, LeaseRequest, LimiterRequest, LimiterResponse, Outcome,
     RejectCode, SettleRequest, Tally, TokenUsage, UpstreamSignals,
 };
+use limiter::relay::{Relay, SubAnswer, UPSTREAM_TIMEOUT_MS};
 use limiter::LimiterState;
 
 use crate::config::{Config, Estimate};
@@ -45,10 +50,42 @@ struct Request {
 
 /// What an isolate waits for from a message, with the tally it carried (put back if it is lost).
 enum Pending {
-    Admit { request: Request, ask: Option<LeaseAsk>, tally: Tally },
-    Lease { ask: String, tally: Tally },
-    Settle { tally: Tally },
-    Report { tally: Tally },
+    Admit {
+        request: Request,
+        ask: Option<LeaseAsk>,
+        tally: Tally,
+    },
+    Lease {
+        ask: String,
+        tally: Tally,
+    },
+    Settle {
+        tally: Tally,
+    },
+    Report {
+        tally: Tally,
+    },
+    /// A relay's messages to the object.
+    RelayLease {
+        ask: String,
+        tally: Tally,
+    },
+    RelayReport {
+        tally: Tally,
+    },
+}
+
+/// Who sent a message to the object.
+#[derive(Debug, Clone, Copy)]
+enum Caller {
+    Isolate(usize),
+    Relay(usize),
+}
+
+/// An isolate's message to its location's relay.
+enum RelayCall {
+    Lease(Box<LeaseRequest>),
+    Report(Tally),
 }
 
 enum Held {
@@ -72,19 +109,37 @@ enum Event {
         slot: usize,
     },
     AtObject {
-        isolate: usize,
+        from: Caller,
         message: Box<LimiterRequest>,
         pending: Pending,
     },
     Serve,
     Reply {
-        isolate: usize,
+        from: Caller,
         response: LimiterResponse,
         pending: Pending,
     },
     Failed {
-        isolate: usize,
+        from: Caller,
         pending: Pending,
+    },
+    AtRelay {
+        location: usize,
+        isolate: usize,
+        call: RelayCall,
+    },
+    RelayServe {
+        location: usize,
+    },
+    /// The relay's answer to an isolate's ask.
+    RelayAnswer {
+        isolate: usize,
+        id: String,
+        answer: LeaseDecision,
+    },
+    /// The relay's alarm: parents at their end, outcomes due at the object.
+    RelayWake {
+        location: usize,
     },
     Finish {
         isolate: usize,
@@ -143,6 +198,17 @@ struct Location {
     weight: f64,
     phase: f64,
     slots: Vec<usize>,
+    relay: RelayServer,
+}
+
+/// A location's relay: its state machine, its queue, and the asks waiting for the object.
+struct RelayServer {
+    state: Relay,
+    queue: VecDeque<(usize, RelayCall)>,
+    busy: bool,
+    waiting: Vec<(usize, LeaseRequest, u64)>,
+    /// When its alarm is set for.
+    wake_at_ms: Option<u64>,
 }
 
 struct Isolate {
@@ -163,7 +229,7 @@ struct Waiter {
 /// The limiter object: its state machine, its queue of calls, and its last written snapshot.
 struct Object {
     state: LimiterState,
-    queue: VecDeque<(u64, usize, Box<LimiterRequest>, Pending)>,
+    queue: VecDeque<(u64, Caller, Box<LimiterRequest>, Pending)>,
     busy: bool,
     snapshot: Option<String>,
 }
@@ -200,6 +266,13 @@ impl World {
                 weight: 1.0 / ((rank + 1) as f64).powf(config.zipf),
                 phase: layout.uniform(0.0, std::f64::consts::TAU),
                 slots: Vec::new(),
+                relay: RelayServer {
+                    state: Relay::new(&format!("relay{rank}")),
+                    queue: VecDeque::new(),
+                    busy: false,
+                    waiting: Vec::new(),
+                    wake_at_ms: None,
+                },
             })
             .collect();
         let mut isolates = Vec::new();
@@ -208,7 +281,7 @@ impl World {
             for _ in 0..config.isolates_per_location {
                 location.slots.push(slots.len());
                 slots.push(isolates.len());
-                isolates.push(Isolate::new(l, isolates.len()));
+                isolates.push(Isolate::new(l, isolates.len(), config.relays));
             }
         }
         let object = Object {
@@ -268,6 +341,25 @@ impl World {
         &mut self.object.state
     }
 
+    pub fn config_relays(&self) -> bool {
+        self.config.relays
+    }
+
+    /// The relays' counts, summed over locations.
+    pub fn relay_counts(&self) -> limiter::relay::RelayCounts {
+        self.locations.iter().map(|l| l.relay.state.status().counts).fold(Default::default(), |a, c| {
+            limiter::relay::RelayCounts {
+                asks: a.asks + c.asks,
+                granted: a.granted + c.granted,
+                granted_requests: a.granted_requests + c.granted_requests,
+                refused: a.refused + c.refused,
+                upstream_asks: a.upstream_asks + c.upstream_asks,
+                upstream_reports: a.upstream_reports + c.upstream_reports,
+                returned_late: a.returned_late + c.returned_late,
+            }
+        })
+    }
+
     pub fn now_ms(&self) -> u64 {
         T0_MS + self.now_us / 1_000
     }
@@ -302,23 +394,40 @@ impl World {
                 }
             }
             Event::Arrive { slot } => self.arrive(self.slots[slot]),
-            Event::AtObject { isolate, message, pending } => {
+            Event::AtObject { from, message, pending } => {
                 let backlog_us = self.object.queue.len() as u64 * self.config.service_us;
                 if backlog_us >= self.config.overload_ms * 1_000 {
                     self.recorder.overloaded += 1;
-                    let back = self.one_way_us(self.isolates[isolate].location);
-                    self.at(self.now_us + back, Event::Failed { isolate, pending });
+                    let back = self.one_way_us(self.location_of(from));
+                    self.at(self.now_us + back, Event::Failed { from, pending });
                     return;
                 }
-                self.object.queue.push_back((self.now_us, isolate, message, pending));
+                self.object.queue.push_back((self.now_us, from, message, pending));
                 if !self.object.busy {
                     self.object.busy = true;
                     self.at(self.now_us, Event::Serve);
                 }
             }
             Event::Serve => self.serve(),
-            Event::Reply { isolate, response, pending } => self.reply(isolate, response, pending),
-            Event::Failed { isolate, pending } => self.failed(isolate, pending),
+            Event::Reply { from: Caller::Isolate(isolate), response, pending } => {
+                self.reply(isolate, response, pending)
+            }
+            Event::Reply { from: Caller::Relay(location), response, pending } => {
+                self.relay_reply(location, response, pending)
+            }
+            Event::Failed { from: Caller::Isolate(isolate), pending } => self.failed(isolate, pending),
+            Event::Failed { from: Caller::Relay(location), pending } => self.relay_failed(location, pending),
+            Event::AtRelay { location, isolate, call } => {
+                let relay = &mut self.locations[location].relay;
+                relay.queue.push_back((isolate, call));
+                if !relay.busy {
+                    relay.busy = true;
+                    self.at(self.now_us, Event::RelayServe { location });
+                }
+            }
+            Event::RelayServe { location } => self.relay_serve(location),
+            Event::RelayAnswer { isolate, id, answer } => self.lease_answer(isolate, &id, answer),
+            Event::RelayWake { location } => self.relay_wake(location),
             Event::Finish { isolate, request, held } => self.finish(isolate, request, held),
             Event::Poll { isolate, request, step_ms } => self.poll(isolate, request, step_ms),
             Event::Watch { isolate } => {
@@ -404,7 +513,7 @@ impl World {
         }
         let location = self.isolates[self.slots[slot]].location;
         self.slots[slot] = self.isolates.len();
-        self.isolates.push(Isolate::new(location, self.isolates.len()));
+        self.isolates.push(Isolate::new(location, self.isolates.len(), self.config.relays));
         let life = self.life_us();
         self.at(self.now_us + life, Event::Retire { slot });
     }
@@ -488,6 +597,17 @@ impl World {
                 return;
             }
         }
+        if decision.via_relay {
+            if let Some(ask) = decision.ask.clone() {
+                self.send_relay_lease(isolate, ask);
+            }
+            match decision.local {
+                Some(local) => self.admitted_locally(isolate, request, local.ticket),
+                // Waits for the relay's answer (the ledger points it at the ask in flight).
+                None => self.admit_again(isolate, request, true),
+            }
+            return;
+        }
         if let Some(local) = decision.local {
             if let Some(ask) = decision.ask {
                 self.send_lease(isolate, ask);
@@ -538,6 +658,162 @@ impl World {
         }
     }
 
+    fn send_relay_lease(&mut self, isolate: usize, ask: LeaseAsk) {
+        let now = self.now_ms();
+        let tally = self.isolates[isolate].ledger.take_relay_tally(DEP, now);
+        let message = LeaseRequest { id: ask.id, want: ask.want, limits: Some(self.config.limits.clone()), tally };
+        self.send_to_relay(isolate, RelayCall::Lease(Box::new(message)));
+    }
+
+    fn send_to_relay(&mut self, isolate: usize, call: RelayCall) {
+        let location = self.isolates[isolate].location;
+        let at = self.now_us + self.relay_one_way_us();
+        self.at(at, Event::AtRelay { location, isolate, call });
+    }
+
+    /// Within a location: half a millisecond to two each way.
+    fn relay_one_way_us(&mut self) -> u64 {
+        (self.net.uniform(0.5, 2.0) * 1_000.0) as u64
+    }
+
+    fn relay_serve(&mut self, location: usize) {
+        let Some((isolate, call)) = self.locations[location].relay.queue.pop_front() else {
+            self.locations[location].relay.busy = false;
+            return;
+        };
+        let now = self.now_ms();
+        let relay = &mut self.locations[location].relay;
+        let mut upstream = None;
+        match call {
+            RelayCall::Lease(req) => {
+                let (answer, up) = relay.state.ask(&req, now);
+                upstream = up;
+                match answer {
+                    SubAnswer::Now(answer) => {
+                        let back = self.now_us + self.config.service_us + self.relay_one_way_us();
+                        self.at(back, Event::RelayAnswer { isolate, id: req.id, answer });
+                    }
+                    SubAnswer::Wait => relay.waiting.push((isolate, *req, now + UPSTREAM_TIMEOUT_MS)),
+                }
+            }
+            RelayCall::Report(tally) => relay.state.report(&tally, now),
+        }
+        if let Some(up) = upstream {
+            self.relay_send(
+                location,
+                LimiterRequest::Lease(up.clone()),
+                Pending::RelayLease { ask: up.id, tally: up.tally },
+            );
+        }
+        self.arm_relay(location);
+        self.at(self.now_us + self.config.service_us, Event::RelayServe { location });
+    }
+
+    fn relay_send(&mut self, location: usize, message: LimiterRequest, pending: Pending) {
+        let from = Caller::Relay(location);
+        if let Some(fail_ms) = self.partitioned(location) {
+            self.after_ms(fail_ms, Event::Failed { from, pending });
+            return;
+        }
+        let at = self.now_us + self.one_way_us(location);
+        self.at(at, Event::AtObject { from, message: Box::new(message), pending });
+    }
+
+    /// Sets the relay's alarm for its next due time, if earlier than the one set.
+    fn arm_relay(&mut self, location: usize) {
+        let relay = &mut self.locations[location].relay;
+        let deadline = relay.waiting.iter().map(|w| w.2).min();
+        let Some(due) = [relay.state.next_due_ms(), deadline].into_iter().flatten().min() else { return };
+        if relay.wake_at_ms.is_some_and(|at| at <= due && at > T0_MS + self.now_us / 1_000) {
+            return;
+        }
+        relay.wake_at_ms = Some(due);
+        let at_us = due.saturating_sub(T0_MS) * 1_000;
+        self.at(at_us.max(self.now_us), Event::RelayWake { location });
+    }
+
+    fn relay_wake(&mut self, location: usize) {
+        let now = self.now_ms();
+        let relay = &mut self.locations[location].relay;
+        if relay.wake_at_ms.is_some_and(|at| at <= now) {
+            relay.wake_at_ms = None;
+        }
+        if let Some(tally) = relay.state.due_report(now) {
+            self.relay_send(location, LimiterRequest::Report(tally.clone()), Pending::RelayReport { tally });
+        }
+        self.answer_waiting(location, false);
+        self.arm_relay(location);
+    }
+
+    /// Asks waiting at the relay, looked at again once the object has answered (or the
+    /// relay's alarm rang): answered, still waiting, or given up on when their wait is over.
+    fn answer_waiting(&mut self, location: usize, answered: bool) {
+        let now = self.now_ms();
+        let waiting = std::mem::take(&mut self.locations[location].relay.waiting);
+        for (isolate, req, until_ms) in waiting {
+            let relay = &mut self.locations[location].relay;
+            let (answer, upstream) = if now >= until_ms {
+                (SubAnswer::Now(relay.state.give_up(&req, now)), None)
+            } else if answered {
+                relay.state.ask_again(&req, now)
+            } else {
+                (SubAnswer::Wait, None)
+            };
+            if let Some(up) = upstream {
+                let pending = Pending::RelayLease { ask: up.id.clone(), tally: up.tally.clone() };
+                self.relay_send(location, LimiterRequest::Lease(up), pending);
+            }
+            match answer {
+                SubAnswer::Now(answer) => {
+                    let back = self.now_us + self.relay_one_way_us();
+                    self.at(back, Event::RelayAnswer { isolate, id: req.id, answer });
+                }
+                SubAnswer::Wait => self.locations[location].relay.waiting.push((isolate, req, until_ms)),
+            }
+        }
+    }
+
+    fn relay_reply(&mut self, location: usize, response: LimiterResponse, pending: Pending) {
+        let now = self.now_ms();
+        let relay = &mut self.locations[location].relay.state;
+        match (pending, response) {
+            (Pending::RelayLease { ask, .. }, LimiterResponse::Lease(LeaseDecision::Granted(grant))) => {
+                relay.upstream_granted(&ask, &grant, now)
+            }
+            (
+                Pending::RelayLease { ask, .. },
+                LimiterResponse::Lease(LeaseDecision::Refused { code, retry_after_ms }),
+            ) => relay.upstream_refused(&ask, code, retry_after_ms, now),
+            (Pending::RelayReport { .. }, LimiterResponse::Report(r)) => {
+                if r.breaker != BreakerState::Closed {
+                    relay.unhealthy(RejectCode::BreakerOpen, MAX_QUIET_MS, now);
+                }
+            }
+            _ => panic!("the object answered the relay another operation"),
+        }
+        self.answer_waiting(location, true);
+        self.arm_relay(location);
+    }
+
+    fn relay_failed(&mut self, location: usize, pending: Pending) {
+        let now = self.now_ms();
+        let relay = &mut self.locations[location].relay.state;
+        match pending {
+            Pending::RelayLease { ask, tally } => relay.upstream_lost(Some(&ask), tally, now),
+            Pending::RelayReport { tally } => relay.upstream_lost(None, tally, now),
+            _ => unreachable!("only a relay's messages fail back to it"),
+        }
+        self.answer_waiting(location, true);
+        self.arm_relay(location);
+    }
+
+    fn location_of(&self, from: Caller) -> usize {
+        match from {
+            Caller::Isolate(i) => self.isolates[i].location,
+            Caller::Relay(location) => location,
+        }
+    }
+
     fn send_lease(&mut self, isolate: usize, ask: LeaseAsk) {
         let now = self.now_ms();
         let tally = self.isolates[isolate].ledger.take_tally(DEP, now);
@@ -550,9 +826,15 @@ impl World {
         self.send(isolate, LimiterRequest::Lease(message), Pending::Lease { ask: ask.id, tally });
     }
 
-    /// Hands back whatever is due (returns, successes, corrections), if anything.
+    /// Hands back whatever is due (returns, successes, corrections), if anything: to the relay
+    /// when its slices wait to go back (it forwards the rest), else to the object.
     fn report(&mut self, isolate: usize) {
         let now = self.now_ms();
+        if self.isolates[isolate].ledger.relay_pending(DEP) {
+            let tally = self.isolates[isolate].ledger.take_relay_tally(DEP, now);
+            self.send_to_relay(isolate, RelayCall::Report(tally));
+            return;
+        }
         let tally = self.isolates[isolate].ledger.take_tally(DEP, now);
         if !tally.is_empty() {
             self.send(isolate, LimiterRequest::Report(tally.clone()), Pending::Report { tally });
@@ -572,15 +854,15 @@ impl World {
     fn send(&mut self, isolate: usize, message: LimiterRequest, pending: Pending) {
         let location = self.isolates[isolate].location;
         if let Some(fail_ms) = self.partitioned(location) {
-            self.after_ms(fail_ms, Event::Failed { isolate, pending });
+            self.after_ms(fail_ms, Event::Failed { from: Caller::Isolate(isolate), pending });
             return;
         }
         let at = self.now_us + self.one_way_us(location);
-        self.at(at, Event::AtObject { isolate, message: Box::new(message), pending });
+        self.at(at, Event::AtObject { from: Caller::Isolate(isolate), message: Box::new(message), pending });
     }
 
     fn serve(&mut self) {
-        let Some((arrived, isolate, message, pending)) = self.object.queue.pop_front() else {
+        let Some((arrived, from, message, pending)) = self.object.queue.pop_front() else {
             self.object.busy = false;
             return;
         };
@@ -597,8 +879,8 @@ impl World {
             self.recorder.used(elapsed + start_after_ms, tokens);
         }
         let done = self.now_us + self.config.service_us;
-        let back = self.one_way_us(self.isolates[isolate].location);
-        self.at(done + back, Event::Reply { isolate, response, pending });
+        let back = self.one_way_us(self.location_of(from));
+        self.at(done + back, Event::Reply { from, response, pending });
         self.at(done, Event::Serve);
     }
 
@@ -665,10 +947,12 @@ impl World {
     fn refused(&mut self, isolate: usize, request: &Request) {
         self.recorder.refused += 1;
         let tokens_limited = self.config.limits.tpm.is_some();
-        let room_elsewhere = self.isolates.iter().enumerate().any(|(i, other)| {
-            let held = other.ledger.held(DEP);
-            i != isolate && held.requests >= 1 && (!tokens_limited || held.tokens >= request.need.tokens as i64)
-        });
+        let room = |held: limiter::limits::Delta| {
+            held.requests >= 1 && (!tokens_limited || held.tokens >= request.need.tokens as i64)
+        };
+        let room_elsewhere =
+            self.isolates.iter().enumerate().any(|(i, other)| i != isolate && room(other.ledger.held(DEP)))
+                || self.locations.iter().any(|l| room(l.relay.state.held()));
         if room_elsewhere {
             self.recorder.false_refused += 1;
         }
@@ -711,6 +995,7 @@ impl World {
                 ledger.ask_lost(DEP, &ask);
             }
             Pending::Settle { tally } | Pending::Report { tally } => ledger.restore_tally(DEP, tally),
+            Pending::RelayLease { .. } | Pending::RelayReport { .. } => unreachable!("a relay's message"),
         }
     }
 
@@ -763,10 +1048,11 @@ impl World {
 }
 
 impl Isolate {
-    fn new(location: usize, index: usize) -> Self {
+    fn new(location: usize, index: usize, relays: bool) -> Self {
+        let ledger = LeaseLedger::new(&format!("i{index}"));
         Isolate {
             location,
-            ledger: LeaseLedger::new(&format!("i{index}")),
+            ledger: if relays { ledger.with_relay() } else { ledger },
             history: OutputHistory::default(),
             waiting: Vec::new(),
         }

@@ -35,6 +35,9 @@ fn main() {
             status.calls,
             status.leases.counts
         );
+        if world.config_relays() {
+            eprintln!("relays: {:?}", world.relay_counts());
+        }
         if std::env::var_os("SIM_SECONDS").is_some() {
             eprintln!("calls per second: {:?}", world.recorder.calls_per_s);
         }
