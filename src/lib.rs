@@ -30,6 +30,7 @@ pub mod usage;
 pub use limiter::budget::TenantBudget;
 pub use limiter::idempotency::IdempotencyStore;
 pub use limiter::DeploymentLimiter;
+pub use limiter::LocationRelay;
 
 use worker::{event, Context, Env, Result};
 
@@ -40,6 +41,7 @@ fn start() {
 
 #[event(fetch)]
 async fn fetch(req: worker::web_sys::Request, env: Env, ctx: Context) -> Result<worker::web_sys::Response> {
+    limits::location::note(&req);
     // The runtime's own request and response, each handled in as few calls into JS as it can.
     Ok(gateway::handle(http::incoming::Incoming::new(req), env, ctx).await)
 }

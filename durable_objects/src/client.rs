@@ -1,13 +1,19 @@
 //! What the worker calls: one round trip to a limiter object (a deployment's or a scope's) per function.
 
 use worker::wasm_bindgen::JsValue;
-use worker::{Error, Method, ObjectNamespace, Request, RequestInit, Result, Stub};
+use worker::{Error, Headers, Method, ObjectNamespace, Request, RequestInit, Result, Stub};
 
 use crate::protocol::{
     decode_response, encode_request, object_name, AdmitDecision, AdmitRequest, LeaseDecision, LeaseRequest,
     LimiterRequest, LimiterResponse, ProtocolError, ReleaseReport, ReleaseRequest, ReportAck, SettleReport,
     SettleRequest, StatusReport, Tally, OBJECT_URL,
 };
+
+/// The worker's binding of the limiter objects' namespace.
+pub const LIMITER_BINDING: &str = "LIMITER";
+
+/// The worker's binding of the location relays' namespace (`relay::shell::LocationRelay`).
+pub const RELAY_BINDING: &str = "RELAY";
 
 /// The stub of `deployment`'s limiter (same deployment id, same object).
 pub fn stub(namespace: &ObjectNamespace, deployment: &str) -> Result<Stub> {
@@ -20,8 +26,22 @@ pub fn stub_named(namespace: &ObjectNamespace, object: &str) -> Result<Stub> {
 }
 
 pub async fn call(stub: &Stub, req: &LimiterRequest) -> Result<LimiterResponse> {
+    call_as(stub, req, None).await
+}
+
+/// One round trip to `object`'s relay in this location (see `relay::shell`).
+pub async fn call_relay(stub: &Stub, object: &str, req: &LimiterRequest) -> Result<LimiterResponse> {
+    call_as(stub, req, Some(object)).await
+}
+
+async fn call_as(stub: &Stub, req: &LimiterRequest, relay_of: Option<&str>) -> Result<LimiterResponse> {
     let mut init = RequestInit::new();
     init.with_method(Method::Post).with_body(Some(JsValue::from_str(&encode_request(req))));
+    if let Some(object) = relay_of {
+        let headers = Headers::new();
+        headers.set(crate::relay::shell::OBJECT_HEADER, object)?;
+        init.with_headers(headers);
+    }
     let request = Request::new_with_init(OBJECT_URL, &init)?;
     let body = stub.fetch_with_request(request).await?.text().await?;
     decode_response(&body).map_err(to_worker)
@@ -42,14 +62,32 @@ pub async fn settle(stub: &Stub, req: SettleRequest) -> Result<SettleReport> {
 }
 
 pub async fn lease(stub: &Stub, req: LeaseRequest) -> Result<LeaseDecision> {
-    match call(stub, &LimiterRequest::Lease(req)).await? {
+    lease_as(stub, req, None).await
+}
+
+/// A lease from `object`'s relay.
+pub async fn relay_lease(stub: &Stub, object: &str, req: LeaseRequest) -> Result<LeaseDecision> {
+    lease_as(stub, req, Some(object)).await
+}
+
+async fn lease_as(stub: &Stub, req: LeaseRequest, relay_of: Option<&str>) -> Result<LeaseDecision> {
+    match call_as(stub, &LimiterRequest::Lease(req), relay_of).await? {
         LimiterResponse::Lease(d) => Ok(d),
         _ => Err(to_worker(ProtocolError::Mismatch { expected: "lease" })),
     }
 }
 
 pub async fn report(stub: &Stub, tally: Tally) -> Result<ReportAck> {
-    match call(stub, &LimiterRequest::Report(tally)).await? {
+    report_as(stub, tally, None).await
+}
+
+/// A report to `object`'s relay.
+pub async fn relay_report(stub: &Stub, object: &str, tally: Tally) -> Result<ReportAck> {
+    report_as(stub, tally, Some(object)).await
+}
+
+async fn report_as(stub: &Stub, tally: Tally, relay_of: Option<&str>) -> Result<ReportAck> {
+    match call_as(stub, &LimiterRequest::Report(tally), relay_of).await? {
         LimiterResponse::Report(a) => Ok(a),
         _ => Err(to_worker(ProtocolError::Mismatch { expected: "report" })),
     }
@@ -67,6 +105,12 @@ pub async fn status(stub: &Stub) -> Result<StatusReport> {
         LimiterResponse::Status(s) => Ok(*s),
         _ => Err(to_worker(ProtocolError::Mismatch { expected: "status" })),
     }
+}
+
+/// What a location's relay holds and has done (`GET`).
+pub async fn relay_status(stub: &Stub) -> Result<crate::relay::RelayStatus> {
+    let body = stub.fetch_with_str(OBJECT_URL).await?.text().await?;
+    serde_json::from_str(&body).map_err(|e| Error::RustError(format!("relay status: {e}")))
 }
 
 fn to_worker(e: ProtocolError) -> Error {

@@ -23,4 +23,5 @@ pub mod window;
 
 pub use deployment::LimiterState;
 pub use limits::Limits;
+pub use relay::shell::LocationRelay;
 pub use shell::DeploymentLimiter;

@@ -14,6 +14,12 @@ pub fn now_ms() -> u64 {
     worker::js_sys::Date::now() as u64
 }
 
+/// 64 random bits from the runtime (ids that must differ between instances).
+pub fn random_u64() -> u64 {
+    let draw = || (worker::js_sys::Math::random() * 4_294_967_296.0) as u64;
+    (draw() << 32) | draw()
+}
+
 /// A JSON answer with `status`.
 pub fn respond<T: Serialize>(body: &T, status: u16) -> Result<Response> {
     Ok(Response::from_json(body)?.with_status(status))

@@ -199,6 +199,14 @@ pub struct Tally {
     /// Successful object admissions settled since, sent with this message rather than alone.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub settles: Vec<LateSettle>,
+    /// To a relay: the object told this isolate the deployment is unhealthy (the relay stops
+    /// granting slices at once rather than when its own leases end). The object ignores it.
+    #[serde(skip_serializing_if = "is_false")]
+    pub unhealthy: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// A successful object admission's settle, carried in a tally: its usage replaces the estimate
@@ -553,13 +561,14 @@ mod tests {
             }],
             released: Delta { requests: 1, tokens: 15, ..Delta::default() },
             settles: vec![LateSettle { id: "r7".into(), usage: Some(TokenUsage { input: 4, output: 2 }) }],
+            unhealthy: true,
         };
         let v: serde_json::Value = serde_json::to_value(LimiterRequest::Report(tally.clone())).unwrap();
         assert_eq!(
             v,
             json!({"op":"report","successes":12,"adjust":{"tk":-40},"signals":{"remaining_tokens":900},
                    "returns":[{"id":"i.0","unused":{"rq":3,"tk":250}}],"released":{"rq":1,"tk":15},
-                   "settles":[{"id":"r7","usage":{"input":4,"output":2}}]})
+                   "settles":[{"id":"r7","usage":{"input":4,"output":2}}],"unhealthy":true})
         );
         assert_eq!(decode_request(&v.to_string()).unwrap(), LimiterRequest::Report(tally.clone()));
         let settle = decode_request(r#"{"op":"settle","id":"r","outcome":{"kind":"failure"},"tally":{"successes":2}}"#);

@@ -12,7 +12,7 @@
 //! late settles) is forwarded with the relay's next message to the object, within
 //! [`FORWARD_WITHIN_MS`].
 //!
-//! Pure: time comes in as an argument; the `LocationRelay` Durable Object runs it.
+//! Pure: time comes in as an argument; the `LocationRelay` Durable Object ([`shell`]) runs it.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -54,6 +54,10 @@ pub const UPSTREAM_TIMEOUT_MS: u64 = 5_000;
 /// After a failed call to the object, isolates' asks are refused (they then admit with the
 /// object themselves) for this long.
 pub const UPSTREAM_BACKOFF_MS: u64 = 1_000;
+
+/// How long isolates are refused after the object says the deployment is unhealthy (as an
+/// isolate stays quiet then: `MAX_QUIET_MS` in the lease ledger).
+pub const UNHEALTHY_QUIET_MS: u64 = 5_000;
 
 /// Finished sub ids are remembered this long (a second return of one is ignored).
 pub const FINISHED_MEMORY_MS: u64 = 60_000;
@@ -264,6 +268,11 @@ impl Relay {
         [parent, up].into_iter().flatten().min()
     }
 
+    /// Whether the object said the deployment is unhealthy lately (isolates are refused).
+    pub fn is_quiet(&self, now_ms: u64) -> bool {
+        self.quiet.is_some_and(|(_, until)| now_ms < until)
+    }
+
     /// A count that moves whenever a waiting ask may fare differently.
     pub fn changes(&self) -> u64 {
         self.changes
@@ -373,9 +382,12 @@ impl Relay {
     /// Takes in an isolate's tally: returned subs go back into their parents (or to the object);
     /// the rest joins what goes to the object next.
     fn absorb(&mut self, tally: &Tally, now_ms: u64) {
-        let Tally { successes, adjust, signals, returns, released, settles } = tally;
+        let Tally { successes, adjust, signals, returns, released, settles, unhealthy } = tally;
         for ret in returns {
             self.take_back(ret, now_ms);
+        }
+        if *unhealthy {
+            self.unhealthy(RejectCode::BreakerOpen, UNHEALTHY_QUIET_MS, now_ms);
         }
         let rest = Tally {
             successes: *successes,
@@ -384,6 +396,7 @@ impl Relay {
             released: *released,
             settles: settles.clone(),
             returns: Vec::new(),
+            unhealthy: false,
         };
         if !rest.is_empty() {
             merge(&mut self.up, rest);
@@ -483,6 +496,8 @@ fn positive(d: Delta) -> Delta {
 fn negative(d: Delta) -> Delta {
     Delta { requests: 0, tokens: d.tokens.min(0), input: d.input.min(0), output: d.output.min(0) }
 }
+
+pub mod shell;
 
 #[cfg(test)]
 mod tests;

@@ -1,5 +1,6 @@
 //! `GET /admin/status` (admin token): which version of each admin document serves and why a newer
-//! one was refused, each deployment's live limiter state (breaker, bucket levels, pause),
+//! one was refused, each deployment's live limiter state (breaker, bucket levels, pause) and, for
+//! a deployment whose isolates lease from a relay, what this location's relay holds,
 //! deployments whose credential is not bound, and the usage events that reached the dead-letter
 //! queue. Tenants never reach it: it needs `ADMIN_TOKEN`.
 
@@ -12,7 +13,8 @@ use crate::http;
 use crate::http::codes;
 use crate::http::error::ApiError;
 use crate::http::incoming::Incoming;
-use crate::limits::admission::LIMITER_BINDING;
+use crate::limits::admission::{self, LIMITER_BINDING};
+use crate::limits::lease_policy;
 use crate::pipeline::attempt::credential;
 use crate::usage::dead_letter;
 use futures::future::join_all;
@@ -86,6 +88,23 @@ pub async fn status(req: &Incoming, env: &Env, now_ms: u64) -> Result<Response, 
         .await;
         let mut by_id: std::collections::HashMap<&str, Value> =
             limited.iter().map(|s| s.as_str()).zip(reports).collect();
+        // This location's relay, for the deployments whose isolates lease from one.
+        let relayed: Vec<&String> = table
+            .deployments
+            .iter()
+            .filter(|(_, d)| d.enforced_limits().is_some_and(lease_policy::via_relay))
+            .map(|(id, _)| id)
+            .collect();
+        let relays = join_all(relayed.iter().map(|id| async move {
+            let status = match admission::relay_stub(env, &limiter::protocol::object_name(id)) {
+                Ok(stub) => limiter::client::relay_status(&stub).await,
+                Err(e) => Err(e),
+            };
+            status.map(|s| json!(s)).unwrap_or_else(|e| json!({"error": e.to_string()}))
+        }))
+        .await;
+        let mut relay_by_id: std::collections::HashMap<&str, Value> =
+            relayed.iter().map(|s| s.as_str()).zip(relays).collect();
         for (id, d) in &table.deployments {
             deployments.insert(
                 id.clone(),
@@ -93,6 +112,7 @@ pub async fn status(req: &Incoming, env: &Env, now_ms: u64) -> Result<Response, 
                     "provider": d.provider.as_str(),
                     "model": d.model,
                     "limiter": by_id.remove(id.as_str()).unwrap_or(Value::Null),
+                    "relay": relay_by_id.remove(id.as_str()).unwrap_or(Value::Null),
                 }),
             );
         }

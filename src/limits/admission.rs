@@ -39,10 +39,12 @@ use std::rc::Rc;
 use std::time::Duration;
 use worker::{Context, Env, Stub};
 
-pub const LIMITER_BINDING: &str = "LIMITER";
+pub use limiter::client::{LIMITER_BINDING, RELAY_BINDING};
 
 thread_local! {
-    static LEASES: RefCell<LeaseLedger> = RefCell::new(LeaseLedger::new(&format!("{:016x}", random_u64())));
+    // Leases come from this location's relay where `lease_policy::via_relay` says so.
+    static LEASES: RefCell<LeaseLedger> =
+        RefCell::new(LeaseLedger::new(&format!("{:016x}", random_u64())).with_relay());
 }
 
 /// Waits until `object`'s ask in flight ends or anything else changes what a waiting request may
@@ -160,10 +162,14 @@ async fn admit_to(
     max_wait_ms: u64,
 ) -> Admit {
     let need = Amounts::request(estimate.input, estimate.output);
-    let Decision { local, ask, watch_settles: watch, .. } = decide(object, limits, need).await;
-    if watch {
+    let mut decision = decide(object, limits, need).await;
+    if decision.watch_settles {
         ctx.wait_until(watch_settles(env.clone(), object.to_string()));
     }
+    if decision.via_relay {
+        decision = relay_first(env, ctx, object, limits, need, decision).await;
+    }
+    let Decision { local, ask, .. } = decision;
     if let Some(local) = local {
         if let Some(ask) = ask {
             ctx.wait_until(renew(env.clone(), object.to_string(), limits.clone(), ask));
@@ -218,6 +224,95 @@ async fn admit_to(
             Admit::Admitted(unlimited())
         }
     }
+}
+
+/// A decision whose ask goes to the location's relay: in the background when the request is
+/// admitted already, else in the request's path, then decided again (the relay's slice, close
+/// by, likely covers it; if not, the request goes to the object as before, asking nothing).
+async fn relay_first(
+    env: &Env,
+    ctx: &Context,
+    object: &str,
+    limits: &Limits,
+    need: Amounts,
+    mut decision: Decision,
+) -> Decision {
+    let Some(ask) = decision.ask.take() else { return decision };
+    if decision.local.is_some() {
+        let (env, object, limits) = (env.clone(), object.to_string(), limits.clone());
+        ctx.wait_until(async move {
+            if let Some(expires_ms) = ask_relay(&env, &object, &limits, ask).await {
+                hand_back_at(env, object, expires_ms).await;
+            }
+        });
+        return decision;
+    }
+    if let Some(expires_ms) = ask_relay(env, object, limits, ask).await {
+        ctx.wait_until(hand_back_at(env.clone(), object.to_string(), expires_ms));
+    }
+    let again = decide_again(object, limits, need).await;
+    Decision { watch_settles: false, ..again }
+}
+
+/// The ledger's decision for a request that already asked once (its ask answered), after
+/// waiting for any ask in flight it points to.
+async fn decide_again(object: &str, limits: &Limits, need: Amounts) -> Decision {
+    let deadline_ms = now_ms() + MAX_ASK_WAIT_MS;
+    let mut decision = leases(|c| c.admit_again(object, limits, need, now_ms(), true));
+    while let Some(until_ms) = decision.wait_until_ms {
+        let until_ms = until_ms.min(deadline_ms);
+        let changed = until_ms > now_ms() && wait_for_ask(object, until_ms).await;
+        let now = now_ms();
+        decision = leases(|c| c.admit_again(object, limits, need, now, changed && now < deadline_ms));
+    }
+    decision
+}
+
+/// Asks this location's relay for a lease and installs the answer; returns when the slice
+/// expires, if one was granted. A failed call sends asks to the object for a while.
+async fn ask_relay(env: &Env, object: &str, limits: &Limits, ask: LeaseAsk) -> Option<u64> {
+    let stub = match relay_stub(env, object) {
+        Ok(stub) => stub,
+        Err(e) => {
+            leases(|c| {
+                c.ask_lost(object, &ask.id);
+                c.relay_failed(object, now_ms());
+            });
+            log_failed("relay_unreachable", object, &e.to_string());
+            return None;
+        }
+    };
+    let tally = leases(|c| c.take_relay_tally(object, now_ms()));
+    let request =
+        LeaseRequest { id: ask.id.clone(), want: ask.want, limits: Some(limits.clone()), tally: tally.clone() };
+    // Until the answer, the ask and the tally are given back if the request goes.
+    let mut carried = InFlight { object, ask: Some(ask.id.clone()), tally: Some(tally) };
+    let answer = client::relay_lease(&stub, object, request).await;
+    match answer {
+        Ok(LeaseDecision::Granted(grant)) => {
+            (carried.ask, carried.tally) = (None, None);
+            install(object, limits, &ask.id, &grant)
+        }
+        Ok(LeaseDecision::Refused { code, retry_after_ms }) => {
+            (carried.ask, carried.tally) = (None, None);
+            if leases(|c| c.refused(object, &ask.id, code, retry_after_ms, now_ms())) {
+                report_now(env.clone(), object.to_string()).await;
+            }
+            None
+        }
+        Err(e) => {
+            drop(carried);
+            leases(|c| c.relay_failed(object, now_ms()));
+            log_failed("relay_lease_failed", object, &e.to_string());
+            None
+        }
+    }
+}
+
+/// The stub of this location's relay for `object`.
+pub fn relay_stub(env: &Env, object: &str) -> worker::Result<Stub> {
+    let name = limiter::relay::shell::relay_name(object, &crate::limits::location::here());
+    env.durable_object(RELAY_BINDING)?.id_from_name(&name)?.get_stub()
 }
 
 /// The limiter object's stub; `None` (the ask given up, the problem logged) when it has none.
@@ -351,7 +446,7 @@ async fn renew(env: Env, object: String, limits: Limits, ask: LeaseAsk) {
         }
         Ok(LeaseDecision::Refused { code, retry_after_ms }) => {
             if leases(|c| c.refused(&object, &ask.id, code, retry_after_ms, now_ms())) {
-                report(&stub, &object).await;
+                report(&env, &stub, &object).await;
             }
         }
         Err(e) => {
@@ -375,14 +470,46 @@ async fn hand_back_at(env: Env, object: String, expires_ms: u64) {
     }
 }
 
+/// Sends what is due: to the relay when its slices wait to go back (it forwards the rest to
+/// the object), else to the object.
 async fn report_now(env: Env, object: String) {
-    if let Some(stub) = stub_for(&env, &object) {
-        report(&stub, &object).await;
+    if leases(|c| c.relay_pending(&object)) {
+        report_to_relay(&env, &object).await;
+    } else if let Some(stub) = stub_for(&env, &object) {
+        report(&env, &stub, &object).await;
+    }
+}
+
+/// Tells the relay what waits for it (word of an unhealthy deployment, slices handed back).
+async fn tell_relay(env: &Env, object: &str) {
+    if leases(|c| c.relay_pending(object)) {
+        report_to_relay(env, object).await;
+    }
+}
+
+async fn report_to_relay(env: &Env, object: &str) {
+    let tally = leases(|c| c.take_relay_tally(object, now_ms()));
+    let answer = match relay_stub(env, object) {
+        Ok(stub) => client::relay_report(&stub, object, tally.clone()).await,
+        Err(e) => Err(e),
+    };
+    match answer {
+        Ok(ack) if ack.breaker != BreakerState::Closed => {
+            leases(|c| c.unhealthy(object, MAX_QUIET_MS, now_ms()));
+        }
+        Ok(_) => {}
+        Err(e) => {
+            leases(|c| {
+                c.restore_tally(object, tally);
+                c.relay_failed(object, now_ms());
+            });
+            log_failed("relay_report_failed", object, &e.to_string());
+        }
     }
 }
 
 /// Sends the pending tally (returns, successes, corrections); an unhealthy answer stops local admission.
-async fn report(stub: &Stub, object: &str) {
+async fn report(env: &Env, stub: &Stub, object: &str) {
     let tally = leases(|c| c.take_tally(object, now_ms()));
     if tally.is_empty() {
         return;
@@ -390,6 +517,7 @@ async fn report(stub: &Stub, object: &str) {
     match client::report(stub, tally.clone()).await {
         Ok(ack) if ack.breaker != BreakerState::Closed => {
             leases(|c| c.unhealthy(object, MAX_QUIET_MS, now_ms()));
+            tell_relay(env, object).await;
         }
         Ok(_) => {}
         Err(e) => {
@@ -444,11 +572,12 @@ async fn send_fault(env: Env, object: String, reason: FaultReason) {
     let id = format!("fault:{:016x}", random_u64());
     let outcome = Outcome::Fault { reason };
     let request = SettleRequest { id, outcome, usage: None, signals: UpstreamSignals::default(), tally };
-    RemoteSettle { stub, object, request }.send().await;
+    RemoteSettle { env, stub, object, request }.send().await;
 }
 
 /// A settlement the limiter object must receive.
 struct RemoteSettle {
+    env: Env,
     stub: Stub,
     object: String,
     request: SettleRequest,
@@ -487,7 +616,7 @@ impl ObjectPart {
 
 impl RemoteSettle {
     async fn send(self) {
-        let RemoteSettle { stub, object, request } = self;
+        let RemoteSettle { env, stub, object, request } = self;
         let tally = request.tally.clone();
         match client::settle(&stub, request).await {
             Ok(report) if report.breaker != BreakerState::Closed => {
@@ -499,6 +628,8 @@ impl RemoteSettle {
                 log_failed("limiter_settle_failed", &object, &e.to_string());
             }
         }
+        // An urgent settle handed the relay's slices back (and may have heard of a trip).
+        tell_relay(&env, &object).await;
     }
 }
 
@@ -556,20 +687,21 @@ impl Admission {
                     ObjectSettle::Later { due_ms: Some(_) } => Some(ObjectPart::Watch { env, object }),
                     ObjectSettle::Now(tally) => {
                         let request = SettleRequest { id, outcome, usage, signals, tally };
-                        Some(ObjectPart::Send(Box::new(RemoteSettle { stub, object, request })))
+                        Some(ObjectPart::Send(Box::new(RemoteSettle { env, stub, object, request })))
                     }
                 }
             }
             Via::Lease { env, object, id, ticket } => {
                 let action = leases(|c| c.settle_local(&object, &ticket, &outcome, usage, &signals, now_ms()));
                 let SettleAction::Now(tally) = action else { return None };
+                let tally = *tally;
                 let Some(stub) = stub_for(&env, &object) else {
                     leases(|c| c.restore_tally(&object, tally));
                     return None;
                 };
                 // Usage was reconciled against the lease; the object learns the outcome.
                 let request = SettleRequest { id, outcome, usage: None, signals, tally };
-                Some(ObjectPart::Send(Box::new(RemoteSettle { stub, object, request })))
+                Some(ObjectPart::Send(Box::new(RemoteSettle { env, stub, object, request })))
             }
         }
     }
@@ -591,7 +723,7 @@ impl Admission {
             }
             Via::Lease { env, object, ticket, .. } => {
                 if let SettleAction::Now(tally) = leases(|c| c.release_local(&object, &ticket, now_ms())) {
-                    leases(|c| c.restore_tally(&object, tally));
+                    leases(|c| c.restore_tally(&object, *tally));
                     report_now(env, object).await;
                 }
             }

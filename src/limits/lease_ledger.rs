@@ -148,7 +148,7 @@ pub enum FlushStep {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SettleAction {
     Done,
-    Now(Tally),
+    Now(Box<Tally>),
 }
 
 #[derive(Debug, Clone)]
@@ -285,6 +285,10 @@ struct Local {
     relay_returns: Vec<LeaseReturn>,
     /// A call to the relay failed: asks ride with object admits until then.
     relay_down_until_ms: u64,
+    /// The object said the deployment is unhealthy: the relay is to hear it with the next report.
+    tell_relay: bool,
+    /// This isolate has asked the relay for a slice of this deployment.
+    uses_relay: bool,
 }
 
 /// A refusal for want of room, repeated locally for a short while.
@@ -519,6 +523,7 @@ impl LeaseLedger {
             };
             self.next_id += 1;
             local.asking = Some((id.clone(), now_ms));
+            local.uses_relay |= via_relay;
             let want = local.want(limits, now_ms);
             local.asked_requests = want.requests;
             LeaseAsk { id, want }
@@ -623,7 +628,7 @@ impl LeaseLedger {
         if urgent(outcome, signals, local.held()) {
             local.retire_all();
             local.quiet_until_ms = now_ms + signals.retry_after_ms.unwrap_or(0).min(MAX_QUIET_MS);
-            return SettleAction::Now(local.take_tally(now_ms));
+            return SettleAction::Now(Box::new(local.take_tally(now_ms)));
         }
         if !signals.is_empty() {
             local.tally.signals = *signals;
@@ -655,7 +660,7 @@ impl LeaseLedger {
             }
             None => local.tally.released = local.tally.released.plus(back),
         }
-        SettleAction::Now(local.take_tally(now_ms))
+        SettleAction::Now(Box::new(local.take_tally(now_ms)))
     }
 
     /// Settles an object-admitted request. A plain success (`deferrable`: not the half-open probe,
@@ -718,6 +723,7 @@ impl LeaseLedger {
     /// for no lease for `quiet_ms` (at most [`MAX_QUIET_MS`]). Returns whether a slice went back.
     pub fn unhealthy(&mut self, deployment: &str, quiet_ms: u64, now_ms: u64) -> bool {
         let local = self.local(deployment);
+        local.tell_relay |= local.uses_relay;
         local.quiet_until_ms = now_ms + quiet_ms.min(MAX_QUIET_MS);
         local.retire_all()
     }
@@ -744,12 +750,13 @@ impl LeaseLedger {
         let local = self.local(deployment);
         let mut tally = local.take_tally(now_ms);
         tally.returns.append(&mut local.relay_returns);
+        tally.unhealthy = std::mem::take(&mut local.tell_relay);
         tally
     }
 
-    /// Whether returns wait for the relay.
+    /// Whether returns (or word of an unhealthy deployment) wait for the relay.
     pub fn relay_pending(&self, deployment: &str) -> bool {
-        self.deployments.get(deployment).is_some_and(|l| !l.relay_returns.is_empty())
+        self.deployments.get(deployment).is_some_and(|l| !l.relay_returns.is_empty() || l.tell_relay)
     }
 
     /// A call to the relay failed: asks ride with object admits for [`RELAY_BACKOFF_MS`].
@@ -763,6 +770,7 @@ impl LeaseLedger {
         for ret in lost.returns {
             local.hand_back(ret);
         }
+        local.tell_relay |= lost.unhealthy;
         let pending = &mut local.tally;
         pending.successes += lost.successes;
         pending.adjust = pending.adjust.plus(lost.adjust);

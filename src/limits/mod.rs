@@ -5,4 +5,5 @@ pub mod admission;
 pub mod budget;
 pub mod lease_ledger;
 pub mod lease_policy;
+pub mod location;
 pub mod refusal;

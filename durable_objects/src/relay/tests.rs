@@ -308,3 +308,19 @@ fn conservation_under_random_traffic() {
 fn back(t: &Tally) -> i64 {
     t.returns.iter().map(|r| r.unused.requests).sum::<i64>() + t.released.requests
 }
+
+#[test]
+fn an_isolate_that_heard_of_a_trip_stops_the_relay_at_once() {
+    let mut relay = warm(1_000);
+    relay.ask(&ask("a.0", 10), T + 10);
+    let tally = Tally { unhealthy: true, ..returning("a.0", 10, 0) };
+    relay.report(&tally, T + 20);
+    assert!(relay.is_quiet(T + 21));
+    let (answer, up) = relay.ask(&ask("b.0", 1), T + 30);
+    assert!(matches!(answer, SubAnswer::Now(LeaseDecision::Refused { code: RejectCode::BreakerOpen, .. })));
+    assert!(up.is_none());
+    let back = relay.due_report(T + 20).expect("its parents go back at once");
+    assert_eq!(back.returns[0].unused.requests, 1_000);
+    assert!(!back.unhealthy, "the object heard it from the isolate");
+    assert!(!relay.is_quiet(T + 20 + UNHEALTHY_QUIET_MS));
+}

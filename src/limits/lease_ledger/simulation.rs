@@ -299,7 +299,7 @@ impl World {
                             Delta::default(),
                             "an urgent settle hands every slice back"
                         );
-                        SettleRequest { id, outcome, usage: None, signals, tally }
+                        SettleRequest { id, outcome, usage: None, signals, tally: *tally }
                     }
                 }
             }

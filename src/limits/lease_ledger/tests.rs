@@ -612,7 +612,7 @@ fn a_release_after_the_return_was_sent_is_refunded_as_released() {
     let SettleAction::Now(tally) = c.release_local(DEP, &t, T0) else { panic!("sent at once") };
     assert!(tally.returns.is_empty());
     assert_eq!(tally.released, rq(1, 400));
-    c.restore_tally(DEP, tally);
+    c.restore_tally(DEP, *tally);
     assert_eq!(c.take_tally(DEP, T0).released, rq(1, 400), "a lost release goes with the next message");
 }
 
@@ -627,7 +627,7 @@ fn a_lost_tally_is_sent_with_the_next_message() {
     };
     let t2 = Ticket { lease: "gone".into(), taken: need(0), limited: Limited::of(&limits) };
     c.settle_local(DEP, &t2, &Outcome::Success, None, &UpstreamSignals::default(), T0);
-    c.restore_tally(DEP, lost);
+    c.restore_tally(DEP, *lost);
     let next = c.take_tally(DEP, T0);
     assert_eq!(next.successes, 1);
     assert_eq!(returns(&next), vec![(id.as_str(), rq(4, 0))]);
@@ -896,4 +896,21 @@ fn a_failed_relay_sends_asks_alongside_object_admits_for_a_while() {
     c.ask_lost(DEP, "iso.1");
     let d = c.admit(DEP, &limits, need(1), T0 + 5 + RELAY_BACKOFF_MS);
     assert!(d.via_relay, "the relay again after the backoff");
+}
+
+#[test]
+fn the_relay_hears_of_an_unhealthy_deployment_from_an_isolate_that_used_it() {
+    let limits = rpm(1_000_000);
+    let (mut c, ask) = relayed(&limits, T0);
+    c.granted(DEP, &ask.id, &limits, &grant(100, 0), T0 + 2);
+    assert!(c.unhealthy(DEP, 2_000, T0 + 10), "its slice goes back");
+    assert!(c.relay_pending(DEP));
+    let told = c.take_relay_tally(DEP, T0 + 11);
+    assert!(told.unhealthy);
+    assert_eq!(returns(&told), vec![("iso.r0", rq(100, 0))]);
+    assert!(!c.relay_pending(DEP));
+    // An isolate that never asked the relay has nothing to tell it.
+    let mut other = LeaseLedger::new("iso").with_relay();
+    other.unhealthy(DEP, 2_000, T0);
+    assert!(!other.relay_pending(DEP));
 }

@@ -1027,7 +1027,7 @@ impl World {
             Held::Local(ticket) => {
                 match iso.ledger.settle_local(DEP, &ticket, &outcome, Some(request.real), &signals, now) {
                     SettleAction::Done => return,
-                    SettleAction::Now(tally) => SettleRequest { id, outcome, usage: None, signals, tally },
+                    SettleAction::Now(tally) => SettleRequest { id, outcome, usage: None, signals, tally: *tally },
                 }
             }
             Held::Object { deferrable } => {

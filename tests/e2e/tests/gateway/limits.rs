@@ -240,3 +240,50 @@ fn a_second_tenant_keeps_its_share_while_the_first_floods() {
     assert_eq!(b_ok, 8, "tenant b still gets its share after the flood");
     assert_eq!(s.mock_calls("e2e-fair"), 19);
 }
+
+/// This location's relay for a deployment (`GET /admin/status`).
+fn relay_status(deployment: &str) -> serde_json::Value {
+    let reply = stack().admin_status("dev-admin-token");
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    reply.json()["deployments"][deployment]["relay"].clone()
+}
+
+#[test]
+fn a_wide_deployments_isolates_lease_from_their_locations_relay_and_everything_comes_back() {
+    // RPM 1,000,000: isolates lease from the relay, which leases from the object.
+    let s = stack();
+    let n = 40;
+    let start = std::sync::Arc::new(std::sync::Barrier::new(n));
+    let handles: Vec<_> = (0..n)
+        .map(|_| {
+            let start = start.clone();
+            std::thread::spawn(move || {
+                start.wait();
+                post(&stack().url("/v1/chat/completions"), KEY, &hello("wide"))
+            })
+        })
+        .collect();
+    for (i, r) in handles.into_iter().map(|h| h.join().unwrap()).enumerate() {
+        assert_eq!(r.status, 200, "request {i}: {}", r.body);
+        assert!(r.header("x-ratelimit-remaining-requests").is_some(), "request {i} tells what is left");
+    }
+    assert_eq!(s.mock_calls("e2e-wide"), n as u64);
+    let limiter = limiter_status("oa-wide");
+    let relay = relay_status("oa-wide");
+    eprintln!("{n} concurrent requests to a wide deployment: limiter {limiter}; relay {relay}");
+    // No request called the object: the relay's slices admitted them all.
+    assert_eq!(limiter["calls"]["admit"], 0, "{limiter}");
+    assert!(relay["granted"].as_u64().is_some_and(|g| g >= 1), "{relay}");
+    assert!(relay["upstream_asks"].as_u64().is_some_and(|a| (1..=3).contains(&a)), "{relay}");
+    assert_eq!(limiter["calls"]["lease"], relay["upstream_asks"], "every lease the object granted was the relay's");
+    // The slices (6 s under 1 % of the bucket) and the relay's parent end; what they held goes back.
+    std::thread::sleep(Duration::from_millis(8_000));
+    let (limiter, relay) = (limiter_status("oa-wide"), relay_status("oa-wide"));
+    assert_eq!(relay["parents"], 0, "{relay}");
+    assert_eq!(relay["held"]["rq"].as_i64().unwrap_or(0), 0, "{relay}");
+    assert_eq!(limiter["leases"]["live"], 0, "every parent was handed back: {limiter}");
+    assert_eq!(limiter["leases"]["held"]["rq"], 0, "{limiter}");
+    let granted = limiter["leases"]["granted_requests"].as_u64().unwrap();
+    let returned = limiter["leases"]["returned_requests"].as_u64().unwrap();
+    assert_eq!(granted - returned, n as u64, "the object counts exactly the requests served: {limiter}");
+}
