@@ -10,7 +10,7 @@
 //! unused requests and tokens go to the object as `released` (never twice: finished subs are
 //! remembered). Everything else an isolate's tally carries (successes, token corrections,
 //! late settles) is forwarded with the relay's next message to the object, within
-//! [`FORWARD_WITHIN_MS`].
+//! [`FORWARD_WITHIN_MS`] for settles and vendor signals and [`REFUND_WITHIN_MS`] for the rest.
 //!
 //! Pure: time comes in as an argument; the `LocationRelay` Durable Object ([`shell`]) runs it.
 
@@ -45,8 +45,14 @@ pub const PARENT_MARGIN_MS: u64 = 250;
 /// bucket anyway).
 pub const MAX_PARENT_WANT: u64 = 200_000;
 
-/// Isolates' outcomes wait at most this long in the relay before they go to the object.
+/// Late settles and vendor signals wait at most this long in the relay before they go to the
+/// object (an isolate sends them within a second too).
 pub const FORWARD_WITHIN_MS: u64 = 1_000;
+
+/// Refunds, charges and local successes wait at most this long, for an ask to carry them: relays
+/// serve only very large limits (a few seconds' refund is nothing to them), and a local success
+/// already reaches the breaker up to a lease's life late.
+pub const REFUND_WITHIN_MS: u64 = 5_000;
 
 /// An ask to the object unanswered this long is given up.
 pub const UPSTREAM_TIMEOUT_MS: u64 = 5_000;
@@ -399,8 +405,9 @@ impl Relay {
             unhealthy: false,
         };
         if !rest.is_empty() {
+            let urgent = !rest.settles.is_empty() || !rest.signals.is_empty();
             merge(&mut self.up, rest);
-            self.due_within(FORWARD_WITHIN_MS, now_ms);
+            self.due_within(if urgent { FORWARD_WITHIN_MS } else { REFUND_WITHIN_MS }, now_ms);
         }
     }
 
@@ -410,7 +417,7 @@ impl Relay {
             // beyond the sub is charged, nothing is refunded.
             if !self.finished.iter().any(|(id, _)| *id == ret.id) {
                 self.up.adjust = self.up.adjust.plus(negative(ret.unused));
-                self.due_within(FORWARD_WITHIN_MS, now_ms);
+                self.due_within(REFUND_WITHIN_MS, now_ms);
             }
             return;
         };
@@ -424,7 +431,7 @@ impl Relay {
                 self.counts.returned_late += 1;
                 self.up.released = self.up.released.plus(positive(unused));
                 self.up.adjust = self.up.adjust.plus(negative(unused));
-                self.due_within(FORWARD_WITHIN_MS, now_ms);
+                self.due_within(REFUND_WITHIN_MS, now_ms);
             }
         }
     }
@@ -456,7 +463,7 @@ impl Relay {
         }
         self.changes += 1;
         self.up.returns.extend(gone.into_iter().map(|p| LeaseReturn { id: p.id, unused: p.left }));
-        self.due_within(FORWARD_WITHIN_MS, now_ms);
+        self.due_within(REFUND_WITHIN_MS, now_ms);
     }
 
     fn due_within(&mut self, ms: u64, now_ms: u64) {

@@ -1,4 +1,5 @@
 use super::*;
+use crate::protocol::LateSettle;
 use crate::rng::XorShift;
 
 const T: u64 = 1_700_000_000_000;
@@ -154,13 +155,13 @@ fn a_parent_at_its_end_goes_back_and_late_subs_go_to_the_object_as_released() {
     relay.ask(&ask("a.0", 100), T + 10);
     let end = T + 6_000 - PARENT_MARGIN_MS;
     assert_eq!(relay.next_due_ms(), Some(end));
-    assert_eq!(relay.due_report(end), None, "goes back with the next call within a second");
-    let report = relay.due_report(end + FORWARD_WITHIN_MS).expect("the parent goes back");
+    assert_eq!(relay.due_report(end), None, "goes back with an ask within a few seconds");
+    let report = relay.due_report(end + REFUND_WITHIN_MS).expect("the parent goes back");
     assert_eq!(report.returns.len(), 1);
     assert_eq!(report.returns[0].unused.requests, 900);
     relay.report(&returning("a.0", 40, -5_000), end + 100);
-    assert_eq!(relay.due_report(end + 100), None, "forwarded within a second, not at once");
-    let late = relay.due_report(end + 100 + FORWARD_WITHIN_MS).expect("due");
+    assert_eq!(relay.due_report(end + 100), None, "not at once");
+    let late = relay.due_report(end + 100 + REFUND_WITHIN_MS).expect("due");
     assert_eq!(late.released, Delta { requests: 40, ..Delta::default() });
     assert_eq!(late.adjust, Delta { tokens: -5_000, ..Delta::default() }, "used beyond: charged");
     relay.report(&returning("a.0", 40, 0), end + 2_000);
@@ -172,20 +173,23 @@ fn a_parent_at_its_end_goes_back_and_late_subs_go_to_the_object_as_released() {
 fn an_unknown_return_is_charged_and_never_refunded() {
     let mut relay = Relay::new("r");
     relay.report(&returning("lost.3", 10, -300), T);
-    let report = relay.due_report(T + FORWARD_WITHIN_MS).expect("the charge goes on");
+    let report = relay.due_report(T + REFUND_WITHIN_MS).expect("the charge goes on");
     assert_eq!(report.released, Delta::default());
     assert_eq!(report.adjust.tokens, -300);
 }
 
 #[test]
-fn the_rest_of_a_tally_is_forwarded_within_a_second() {
+fn the_rest_of_a_tally_is_forwarded_settles_within_a_second_refunds_within_five() {
     let mut relay = warm(1_000);
     let tally = Tally { successes: 7, adjust: Delta { tokens: 900, ..Delta::default() }, ..Tally::default() };
     relay.report(&tally, T + 100);
-    assert_eq!(relay.next_due_ms(), Some(T + 100 + FORWARD_WITHIN_MS));
+    assert_eq!(relay.next_due_ms(), Some(T + 100 + REFUND_WITHIN_MS));
+    let settle = LateSettle { id: "r1".into(), usage: None };
+    relay.report(&Tally { settles: vec![settle], ..Tally::default() }, T + 200);
+    assert_eq!(relay.next_due_ms(), Some(T + 200 + FORWARD_WITHIN_MS), "a settle is due sooner");
     assert_eq!(relay.due_report(T + 500), None);
-    let sent = relay.due_report(T + 1_100).expect("due");
-    assert_eq!((sent.successes, sent.adjust.tokens), (7, 900));
+    let sent = relay.due_report(T + 1_200).expect("due");
+    assert_eq!((sent.successes, sent.adjust.tokens, sent.settles.len()), (7, 900, 1));
     // An ask to the object before then carries it instead.
     relay.report(&Tally { successes: 2, ..Tally::default() }, T + 1_200);
     let (_, up) = relay.ask(&ask("big", 5_000), T + 1_300);

@@ -127,6 +127,10 @@ impl Report {
                 rec.used_requests.iter().map(|&n| n as u64).collect(),
                 rec.offered_requests.iter().map(|&n| n as u64).collect(),
             ),
+            // The breaker only: nothing to measure admissions against.
+            None if limits.tpm.is_none() => {
+                ("none", u64::MAX, vec![0; rec.used_requests.len()], vec![0; rec.offered_requests.len()])
+            }
             None => ("tpm", limits.tpm.unwrap_or(u64::MAX), rec.used_tokens.clone(), rec.offered_tokens.clone()),
         };
         let (over_max, over_p99) = over_admission(&used, limit);
@@ -169,19 +173,24 @@ impl Report {
 |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|";
 
     pub fn row(&self) -> String {
+        // Against a limit: its size, and what was offered, admitted and used of it.
+        let (limit, offered, over, minute, utilisation) = if self.unit == "none" {
+            let dash = || "—".to_string();
+            ("breaker only".to_string(), dash(), dash(), dash(), dash())
+        } else {
+            (
+                format!("{} {}", group(self.limit), self.unit),
+                format!("{:.0}%", self.offered_pct),
+                format!("{:.2}% / {:.2}%", self.over_max_pct, self.over_p99_pct),
+                format!("{:.1}% / {:.1}%", self.window_max_pct, self.window_p99_pct),
+                format!("{:.1}%", self.utilisation_pct),
+            )
+        };
         format!(
-            "| {} | {} {} | {} | {} | {:.0}% | {:.2}% / {:.2}% | {:.1}% / {:.1}% | {:.1}% | {:.2}% ({:.2}%) | {:.1}% | {:.0} / {} ({}) | {:.2} / {:.2} ms | {:.2}% | {} / {} ms | {:.1} | {} / {} |",
+            "| {} | {limit} | {} | {} | {offered} | {over} | {minute} | {utilisation} | {:.2}% ({:.2}%) | {:.1}% | {:.0} / {} ({}) | {:.2} / {:.2} ms | {:.2}% | {} / {} ms | {:.1} | {} / {} |",
             self.name,
-            group(self.limit),
-            self.unit,
             self.isolates,
             group(self.requests),
-            self.offered_pct,
-            self.over_max_pct,
-            self.over_p99_pct,
-            self.window_max_pct,
-            self.window_p99_pct,
-            self.utilisation_pct,
             self.refused_pct,
             self.false_refused_pct,
             self.local_pct,

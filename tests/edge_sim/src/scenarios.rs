@@ -60,6 +60,12 @@ pub fn scale(seed: u64) -> Config {
     }
 }
 
+/// (a″) (a) with no limit but the default breaker: every isolate leases (the lease only says the
+/// breaker is closed), the most common production route.
+pub fn breaker_only(seed: u64) -> Config {
+    Config { limits: Limits::default(), ..scale(seed) }.named("(a″) 50k req/s, breaker only")
+}
+
 /// (b) RPM 600 spread over 200 isolates, offered 95 % of it in bursts (an agent's calls).
 pub fn thin(seed: u64) -> Config {
     Config {
@@ -132,7 +138,17 @@ pub fn ceiling(seed: u64) -> Config {
 }
 
 pub fn full(seed: u64) -> Vec<Config> {
-    vec![scale(seed), churn(seed), thin(seed), burst(seed), faults(seed), tokens(seed), agents(seed), ceiling(seed)]
+    vec![
+        scale(seed),
+        churn(seed),
+        breaker_only(seed),
+        thin(seed),
+        burst(seed),
+        faults(seed),
+        tokens(seed),
+        agents(seed),
+        ceiling(seed),
+    ]
 }
 
 /// A small run of `c`: `locations` locations and `duration_s`, the traffic scaled with the

@@ -32,6 +32,17 @@ fn a_roomy_deployment_at_scale_stays_under_the_object_call_budget() {
 }
 
 #[test]
+fn a_breaker_only_deployment_at_scale_stays_under_the_object_call_budget() {
+    // Every request is leased (the lease says the breaker is closed); relays carry the leases.
+    let r = run(shrink(scenarios::breaker_only(SEED), 60, 40, false));
+    let budget = 500.0 * r.isolates as f64 / 1_200.0;
+    let (mean, peak, start) = (r.calls_mean_per_s, r.calls_peak_per_s as f64, r.calls_start_peak_per_s as f64);
+    assert!(mean <= budget && peak <= budget && start <= budget, "{mean:.0} / {peak} ({start}) over {budget:.0}");
+    assert_eq!((r.fail_open, r.overloaded, r.refused_pct), (0, 0, 0.0));
+    assert!(r.local_pct > 99.0, "{:.1} %", r.local_pct);
+}
+
+#[test]
 fn a_tight_limit_over_many_isolates_refuses_almost_nothing_falsely() {
     let r = run(shrink(scenarios::thin(SEED), 50, 300, true));
     assert!(r.offered_pct < 100.0, "under the limit: {:.0} %", r.offered_pct);

@@ -276,8 +276,9 @@ fn a_wide_deployments_isolates_lease_from_their_locations_relay_and_everything_c
     assert!(relay["granted"].as_u64().is_some_and(|g| g >= 1), "{relay}");
     assert!(relay["upstream_asks"].as_u64().is_some_and(|a| (1..=3).contains(&a)), "{relay}");
     assert_eq!(limiter["calls"]["lease"], relay["upstream_asks"], "every lease the object granted was the relay's");
-    // The slices (6 s under 1 % of the bucket) and the relay's parent end; what they held goes back.
-    std::thread::sleep(Duration::from_millis(8_000));
+    // The slices (6 s under 1 % of the bucket) and the relay's parent end; what they held goes
+    // back with the relay's next ask or, none coming, its report 5 s later (`REFUND_WITHIN_MS`).
+    std::thread::sleep(Duration::from_millis(12_500));
     let (limiter, relay) = (limiter_status("oa-wide"), relay_status("oa-wide"));
     assert_eq!(relay["parents"], 0, "{relay}");
     assert_eq!(relay["held"]["rq"].as_i64().unwrap_or(0), 0, "{relay}");
