@@ -29,11 +29,7 @@ pub async fn call(stub: &Stub, req: &LimiterRequest) -> Result<LimiterResponse> 
     call_as(stub, req, None).await
 }
 
-/// One round trip to `object`'s relay in this location (see `relay::shell`).
-pub async fn call_relay(stub: &Stub, object: &str, req: &LimiterRequest) -> Result<LimiterResponse> {
-    call_as(stub, req, Some(object)).await
-}
-
+/// One round trip to a limiter object or, with `relay_of` naming the object, to its relay here.
 async fn call_as(stub: &Stub, req: &LimiterRequest, relay_of: Option<&str>) -> Result<LimiterResponse> {
     let mut init = RequestInit::new();
     init.with_method(Method::Post).with_body(Some(JsValue::from_str(&encode_request(req))));

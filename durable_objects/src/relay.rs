@@ -10,7 +10,8 @@
 //! unused requests and tokens go to the object as `released` (never twice: finished subs are
 //! remembered). Everything else an isolate's tally carries (successes, token corrections,
 //! late settles) is forwarded with the relay's next message to the object, within
-//! [`FORWARD_WITHIN_MS`] for settles and vendor signals and [`REFUND_WITHIN_MS`] for the rest.
+//! [`FORWARD_WITHIN_MS`] for settles, successes and vendor signals and [`REFUND_WITHIN_MS`] for
+//! refunds and charges.
 //!
 //! Pure: time comes in as an argument; the `LocationRelay` Durable Object ([`shell`]) runs it.
 
@@ -45,13 +46,13 @@ pub const PARENT_MARGIN_MS: u64 = 250;
 /// bucket anyway).
 pub const MAX_PARENT_WANT: u64 = 200_000;
 
-/// Late settles and vendor signals wait at most this long in the relay before they go to the
-/// object (an isolate sends them within a second too).
+/// Late settles, local successes and vendor signals wait at most this long in the relay before
+/// they go to the object (a success held longer could leave failures from elsewhere counted as
+/// consecutive and open the breaker).
 pub const FORWARD_WITHIN_MS: u64 = 1_000;
 
-/// Refunds, charges and local successes wait at most this long, for an ask to carry them: relays
-/// serve only very large limits (a few seconds' refund is nothing to them), and a local success
-/// already reaches the breaker up to a lease's life late.
+/// Refunds and charges wait at most this long, for an ask to carry them: relays serve only very
+/// large limits or none, where a few seconds' refund is nothing.
 pub const REFUND_WITHIN_MS: u64 = 5_000;
 
 /// An ask to the object unanswered this long is given up.
@@ -75,6 +76,9 @@ const DEMAND_WINDOW_MS: u64 = 6_000;
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Parent {
     id: String,
+    /// The limits it was asked under: it serves asks under the same ones only (isolates may
+    /// read two versions of the route table for a few seconds).
+    limits: Option<Limits>,
     left: Delta,
     expires_ms: u64,
     remaining: (Option<u64>, Option<u64>),
@@ -85,6 +89,15 @@ struct Sub {
     parent: String,
     taken: Amounts,
     expires_ms: u64,
+}
+
+/// The relay's ask in flight to the object.
+#[derive(Debug, Clone)]
+struct Asking {
+    id: String,
+    since_ms: u64,
+    requests: u64,
+    limits: Option<Limits>,
 }
 
 /// What the relay did, for its status and the simulation's table.
@@ -121,14 +134,13 @@ pub enum SubAnswer {
 pub struct Relay {
     prefix: String,
     next_id: u64,
-    limits: Option<Limits>,
     parents: VecDeque<Parent>,
     subs: BTreeMap<String, Sub>,
     /// Finished sub ids and when they finished, oldest first.
     finished: VecDeque<(String, u64)>,
     up: Tally,
     up_due_ms: Option<u64>,
-    asking: Option<(String, u64)>,
+    asking: Option<Asking>,
     wanted: Counter,
     /// A health refusal from the object: isolates are refused with it until then.
     quiet: Option<(RejectCode, u64)>,
@@ -151,12 +163,6 @@ impl Relay {
     pub fn ask(&mut self, req: &LeaseRequest, now_ms: u64) -> (SubAnswer, Option<LeaseRequest>) {
         self.counts.asks += 1;
         self.absorb(&req.tally, now_ms);
-        if let Some(limits) = &req.limits {
-            if self.limits.as_ref() != Some(limits) {
-                self.retire_all(now_ms);
-                self.limits = Some(limits.clone());
-            }
-        }
         if let Some(sub) = self.subs.get(&req.id) {
             // A retried ask (lost answer): the same sub again.
             let grant = self.grant(sub.taken, sub.expires_ms, now_ms);
@@ -183,27 +189,35 @@ impl Relay {
             return self.grant(sub.taken, sub.expires_ms, now_ms);
         }
         self.retire_expired(now_ms);
-        self.carve(&req.id, req.want, false, now_ms).unwrap_or_else(|| self.refusal(now_ms))
+        if let Some(refusal) = self.quiet_refusal(now_ms) {
+            return refusal;
+        }
+        self.carve(req, false, now_ms).unwrap_or_else(|| self.refusal(now_ms))
     }
 
     /// A sub of the whole want if a parent has it; else an ask to the object and a wait for
     /// it; only when the object cannot be asked, what a parent has (a short grant) or a refusal.
     fn serve(&mut self, req: &LeaseRequest, now_ms: u64) -> (SubAnswer, Option<LeaseRequest>) {
         self.retire_expired(now_ms);
-        if let Some((code, until_ms)) = self.quiet.filter(|&(_, until)| now_ms < until) {
-            self.counts.refused += 1;
-            let decision = LeaseDecision::Refused { code, retry_after_ms: until_ms - now_ms };
-            return (SubAnswer::Now(decision), None);
+        if let Some(refusal) = self.quiet_refusal(now_ms) {
+            return (SubAnswer::Now(refusal), None);
         }
-        if let Some(decision) = self.carve(&req.id, req.want, true, now_ms) {
-            return (SubAnswer::Now(decision), self.upstream_ask(req.want, false, now_ms));
+        if let Some(decision) = self.carve(req, true, now_ms) {
+            return (SubAnswer::Now(decision), self.upstream_ask(req, false, now_ms));
         }
-        let upstream = self.upstream_ask(req.want, true, now_ms);
+        let upstream = self.upstream_ask(req, true, now_ms);
         if self.asking.is_some() {
             return (SubAnswer::Wait, upstream);
         }
-        let decision = self.carve(&req.id, req.want, false, now_ms).unwrap_or_else(|| self.refusal(now_ms));
+        let decision = self.carve(req, false, now_ms).unwrap_or_else(|| self.refusal(now_ms));
         (SubAnswer::Now(decision), upstream)
+    }
+
+    /// The object's health refusal, repeated while it lasts.
+    fn quiet_refusal(&mut self, now_ms: u64) -> Option<LeaseDecision> {
+        let (code, until_ms) = self.quiet.filter(|&(_, until)| now_ms < until)?;
+        self.counts.refused += 1;
+        Some(LeaseDecision::Refused { code, retry_after_ms: until_ms - now_ms })
     }
 
     /// An isolate's report: its tally is taken in, nothing is asked.
@@ -214,13 +228,23 @@ impl Relay {
 
     /// The object granted the relay's ask.
     pub fn upstream_granted(&mut self, id: &str, grant: &LeaseGrant, now_ms: u64) {
-        self.answered(id);
-        if grant.grant.requests == 0 {
+        let Some(asked) = self.answered(id) else {
+            // The answer to an ask given up: nothing waits for it, so it goes straight back.
+            let unused = Delta::between(grant.grant, Amounts::default());
+            self.up.returns.push(LeaseReturn { id: id.to_string(), unused });
+            self.due_within(REFUND_WITHIN_MS, now_ms);
+            return;
+        };
+        if grant.grant.requests < asked.requests {
+            // Cut short for want of room: no ask again for a moment (isolates get what is left).
             self.hold(RejectCode::Rpm, LEASE_RETRY_MS, now_ms);
+        }
+        if grant.grant.requests == 0 {
             return;
         }
         self.parents.push_back(Parent {
             id: id.to_string(),
+            limits: asked.limits,
             left: Delta::between(grant.grant, Amounts::default()),
             expires_ms: now_ms + grant.ttl_ms.saturating_sub(PARENT_MARGIN_MS),
             remaining: (grant.remaining_requests, grant.remaining_tokens),
@@ -240,7 +264,10 @@ impl Relay {
 
     /// The object says the deployment is unhealthy (a refusal, or a report's answer).
     pub fn unhealthy(&mut self, code: RejectCode, retry_after_ms: u64, now_ms: u64) {
-        self.quiet = Some((code, now_ms + retry_after_ms.clamp(1, UPSTREAM_TIMEOUT_MS)));
+        // A quiet time already running is never shortened.
+        let until_ms = now_ms + retry_after_ms.clamp(1, UPSTREAM_TIMEOUT_MS);
+        let running = self.quiet.filter(|&(_, until)| now_ms < until);
+        self.quiet = Some(running.map_or((code, until_ms), |(c, until)| (c, until.max(until_ms))));
         self.retire_all(now_ms);
         // What the parents held is of use to nobody else now: back at once.
         self.due_within(0, now_ms);
@@ -298,15 +325,14 @@ impl Relay {
         self.status().held
     }
 
-    fn limited(&self) -> impl Iterator<Item = BucketKind> + '_ {
-        BucketKind::ALL.into_iter().filter(|k| self.limits.as_ref().is_some_and(|l| k.capacity(l).is_some()))
-    }
-
-    /// Carves `want` out of the oldest parent with room for it (`whole`) or, scaled to fit and
-    /// keeping its mix, for at least one request; and with [`MIN_SUB_MS`] to live.
-    fn carve(&mut self, id: &str, want: Amounts, whole: bool, now_ms: u64) -> Option<LeaseDecision> {
-        let kinds: Vec<BucketKind> = self.limited().collect();
-        let usable = |p: &Parent| p.expires_ms >= now_ms + MIN_SUB_MS && p.left.requests >= 1;
+    /// Carves the ask's want out of the oldest parent under its limits with room for it
+    /// (`whole`) or, scaled to fit and keeping its mix, for at least one request; and with
+    /// [`MIN_SUB_MS`] to live.
+    fn carve(&mut self, req: &LeaseRequest, whole: bool, now_ms: u64) -> Option<LeaseDecision> {
+        let (id, want) = (&req.id, req.want);
+        let limited = |k: &BucketKind| req.limits.as_ref().is_some_and(|l| k.capacity(l).is_some());
+        let kinds: Vec<BucketKind> = BucketKind::ALL.into_iter().filter(limited).collect();
+        let usable = |p: &Parent| p.limits == req.limits && p.expires_ms >= now_ms + MIN_SUB_MS && p.left.requests >= 1;
         let (i, size) = self.parents.iter().enumerate().filter(|(_, p)| usable(p)).find_map(|(i, p)| {
             let mut rooms = vec![(BucketKind::Rpm, p.left.requests.max(0) as u64)];
             rooms.extend(kinds.iter().map(|&k| (k, p.left.get(k).max(0) as u64)));
@@ -336,19 +362,26 @@ impl Relay {
     fn refusal(&mut self, now_ms: u64) -> LeaseDecision {
         self.counts.refused += 1;
         let retry_after_ms = self.hold_until_ms.saturating_sub(now_ms).max(LEASE_RETRY_MS);
-        LeaseDecision::Refused { code: self.hold_code.unwrap_or(RejectCode::Rpm), retry_after_ms }
+        let held = self.hold_code.filter(|_| now_ms < self.hold_until_ms);
+        LeaseDecision::Refused { code: held.unwrap_or(RejectCode::Rpm), retry_after_ms }
     }
 
     /// An ask for the object when none is in flight and the parents run low: they would serve
     /// less than the last [`DEMAND_WINDOW_MS`]' asks, or could not serve this one.
-    fn upstream_ask(&mut self, want: Amounts, short: bool, now_ms: u64) -> Option<LeaseRequest> {
-        let asking = self.asking.as_ref().is_some_and(|(_, since)| now_ms < since + UPSTREAM_TIMEOUT_MS);
+    fn upstream_ask(&mut self, req: &LeaseRequest, short: bool, now_ms: u64) -> Option<LeaseRequest> {
+        let asking = self.asking.as_ref().is_some_and(|a| now_ms < a.since_ms + UPSTREAM_TIMEOUT_MS);
         if asking || now_ms < self.hold_until_ms {
             return None;
         }
+        let want = req.want;
         let recent = self.wanted.over_last(DEMAND_WINDOW_MS, now_ms);
         let lasting = now_ms + MIN_SUB_MS + RENEW_AHEAD_MS;
-        let supply: i64 = self.parents.iter().filter(|p| p.expires_ms >= lasting).map(|p| p.left.requests).sum();
+        let supply: i64 = self
+            .parents
+            .iter()
+            .filter(|p| p.limits == req.limits && p.expires_ms >= lasting)
+            .map(|p| p.left.requests)
+            .sum();
         if !short && supply >= i64::try_from(recent / 2).unwrap_or(i64::MAX) {
             return None;
         }
@@ -365,9 +398,10 @@ impl Relay {
             Amounts { requests, tokens: scale(want.tokens), input: scale(want.input), output: scale(want.output) };
         let id = format!("{}.{}", self.prefix, self.next_id);
         self.next_id += 1;
-        self.asking = Some((id.clone(), now_ms));
+        let limits = req.limits.clone();
+        self.asking = Some(Asking { id: id.clone(), since_ms: now_ms, requests, limits: limits.clone() });
         self.counts.upstream_asks += 1;
-        Some(LeaseRequest { id, want, limits: self.limits.clone(), tally: self.take_up() })
+        Some(LeaseRequest { id, want, limits, tally: self.take_up() })
     }
 
     fn take_up(&mut self) -> Tally {
@@ -375,9 +409,10 @@ impl Relay {
         std::mem::take(&mut self.up)
     }
 
-    fn answered(&mut self, id: &str) {
+    /// The ask in flight, if `id` is it (an answer to an ask given up is of no use).
+    fn answered(&mut self, id: &str) -> Option<Asking> {
         self.changes += 1;
-        self.asking.take_if(|(asked, _)| asked == id);
+        self.asking.take_if(|a| a.id == id)
     }
 
     fn hold(&mut self, code: RejectCode, retry_after_ms: u64, now_ms: u64) {
@@ -405,7 +440,7 @@ impl Relay {
             unhealthy: false,
         };
         if !rest.is_empty() {
-            let urgent = !rest.settles.is_empty() || !rest.signals.is_empty();
+            let urgent = !rest.settles.is_empty() || !rest.signals.is_empty() || rest.successes > 0;
             merge(&mut self.up, rest);
             self.due_within(if urgent { FORWARD_WITHIN_MS } else { REFUND_WITHIN_MS }, now_ms);
         }

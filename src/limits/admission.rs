@@ -162,12 +162,13 @@ async fn admit_to(
     max_wait_ms: u64,
 ) -> Admit {
     let need = Amounts::request(estimate.input, estimate.output);
+    let deadline_ms = now_ms() + MAX_ASK_WAIT_MS;
     let mut decision = decide(object, limits, need).await;
     if decision.watch_settles {
         ctx.wait_until(watch_settles(env.clone(), object.to_string()));
     }
     if decision.via_relay {
-        decision = relay_first(env, ctx, object, limits, need, decision).await;
+        decision = relay_first(env, ctx, object, limits, need, decision, deadline_ms).await;
     }
     let Decision { local, ask, .. } = decision;
     if let Some(local) = local {
@@ -228,7 +229,8 @@ async fn admit_to(
 
 /// A decision whose ask goes to the location's relay: in the background when the request is
 /// admitted already, else in the request's path, then decided again (the relay's slice, close
-/// by, likely covers it; if not, the request goes to the object as before, asking nothing).
+/// by, likely covers it), until `deadline_ms`. A request no slice covers then goes to the object
+/// as before, asking nothing: a relay's ask never goes to the object.
 async fn relay_first(
     env: &Env,
     ctx: &Context,
@@ -236,28 +238,44 @@ async fn relay_first(
     limits: &Limits,
     need: Amounts,
     mut decision: Decision,
+    deadline_ms: u64,
 ) -> Decision {
-    let Some(ask) = decision.ask.take() else { return decision };
-    if decision.local.is_some() {
-        let (env, object, limits) = (env.clone(), object.to_string(), limits.clone());
-        ctx.wait_until(async move {
-            if let Some(expires_ms) = ask_relay(&env, &object, &limits, ask).await {
-                hand_back_at(env, object, expires_ms).await;
-            }
-        });
-        return decision;
+    while let Some(ask) = decision.ask.take() {
+        if decision.local.is_some() {
+            ask_relay_later(env, ctx, object, limits, ask);
+            break;
+        }
+        let wait = deadline_ms.saturating_sub(now_ms());
+        if wait == 0 {
+            leases(|c| c.ask_lost(object, &ask.id));
+            break;
+        }
+        let asked = limiter::relay::shell::within(wait, async { Ok(ask_relay(env, object, limits, ask).await) });
+        if let Ok(Some(expires_ms)) = asked.await {
+            ctx.wait_until(hand_back_at(env.clone(), object.to_string(), expires_ms));
+        }
+        decision = Decision { watch_settles: false, ..decide_again(object, limits, need, deadline_ms).await };
+        if !decision.via_relay {
+            // The relay failed meanwhile: an ask for the object rides along with the admit.
+            break;
+        }
     }
-    if let Some(expires_ms) = ask_relay(env, object, limits, ask).await {
-        ctx.wait_until(hand_back_at(env.clone(), object.to_string(), expires_ms));
-    }
-    let again = decide_again(object, limits, need).await;
-    Decision { watch_settles: false, ..again }
+    decision
+}
+
+/// Asks the relay in the background, and hands the slice back when it ends.
+fn ask_relay_later(env: &Env, ctx: &Context, object: &str, limits: &Limits, ask: LeaseAsk) {
+    let (env, object, limits) = (env.clone(), object.to_string(), limits.clone());
+    ctx.wait_until(async move {
+        if let Some(expires_ms) = ask_relay(&env, &object, &limits, ask).await {
+            hand_back_at(env, object, expires_ms).await;
+        }
+    });
 }
 
 /// The ledger's decision for a request that already asked once (its ask answered), after
-/// waiting for any ask in flight it points to.
-async fn decide_again(object: &str, limits: &Limits, need: Amounts) -> Decision {
-    let deadline_ms = now_ms() + MAX_ASK_WAIT_MS;
+/// waiting for any ask in flight it points to, until `deadline_ms`.
+async fn decide_again(object: &str, limits: &Limits, need: Amounts, deadline_ms: u64) -> Decision {
     let mut decision = leases(|c| c.admit_again(object, limits, need, now_ms(), true));
     while let Some(until_ms) = decision.wait_until_ms {
         let until_ms = until_ms.min(deadline_ms);
@@ -372,9 +390,12 @@ fn refused(ctx: &Context, env: &Env, object: &str, limits: &Limits, ask: Option<
     if let Some(ask) = ask {
         let answer = LeaseDecision::Refused { code, retry_after_ms };
         on_lease_answer(ctx, env, object, limits, &ask.id, answer);
-    } else if code.is_health() && leases(|c| c.unhealthy(object, retry_after_ms, now_ms())) {
-        // Open, paused or ramping: slices too small for this request stop too.
-        ctx.wait_until(report_now(env.clone(), object.to_string()));
+    } else if code.is_health() {
+        let returned = leases(|c| c.unhealthy(object, retry_after_ms, now_ms()));
+        // Open, paused or ramping: slices too small for this request stop too; the relay hears of it.
+        if returned || leases(|c| c.relay_pending(object)) {
+            ctx.wait_until(report_now(env.clone(), object.to_string()));
+        }
     }
     if !code.is_health() {
         if let Some(local) = leases(|c| c.admit_held(object, limits, need, now_ms())) {
@@ -473,10 +494,15 @@ async fn hand_back_at(env: Env, object: String, expires_ms: u64) {
 /// Sends what is due: to the relay when its slices wait to go back (it forwards the rest to
 /// the object), else to the object.
 async fn report_now(env: Env, object: String) {
-    if leases(|c| c.relay_pending(&object)) {
+    let relay = leases(|c| c.relay_pending(&object));
+    if relay {
         report_to_relay(&env, &object).await;
-    } else if let Some(stub) = stub_for(&env, &object) {
-        report(&env, &stub, &object).await;
+    }
+    // The object's own slices (asked while the relay was down) go back to the object.
+    if !relay || leases(|c| c.object_returns_pending(&object)) {
+        if let Some(stub) = stub_for(&env, &object) {
+            report(&env, &stub, &object).await;
+        }
     }
 }
 
@@ -495,7 +521,7 @@ async fn report_to_relay(env: &Env, object: &str) {
     };
     match answer {
         Ok(ack) if ack.breaker != BreakerState::Closed => {
-            leases(|c| c.unhealthy(object, MAX_QUIET_MS, now_ms()));
+            leases(|c| c.relay_unhealthy(object, MAX_QUIET_MS, now_ms()));
         }
         Ok(_) => {}
         Err(e) => {

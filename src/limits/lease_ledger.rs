@@ -728,6 +728,14 @@ impl LeaseLedger {
         local.retire_all()
     }
 
+    /// The relay says the deployment is unhealthy: as [`LeaseLedger::unhealthy`], without telling
+    /// the relay back (an echo would restart its quiet time).
+    pub fn relay_unhealthy(&mut self, deployment: &str, quiet_ms: u64, now_ms: u64) -> bool {
+        let local = self.local(deployment);
+        local.quiet_until_ms = now_ms + quiet_ms.min(MAX_QUIET_MS);
+        local.retire_all()
+    }
+
     /// Whether this isolate should tell the object of a fault it found on its own (a missing
     /// credential): not while it already knows the deployment is unhealthy. Saying yes starts
     /// that quiet time, so each isolate reports at most once per [`MAX_QUIET_MS`].
@@ -744,14 +752,20 @@ impl LeaseLedger {
         self.local(deployment).take_tally(now_ms)
     }
 
-    /// Everything to tell the relay: the tally with the returns of the relay's slices (the relay
-    /// forwards the rest to the object).
+    /// Everything to tell the relay: the returns of the relay's slices and the rest of the tally
+    /// (the relay forwards it to the object), but not the returns of the object's own slices
+    /// (they wait for a message to the object: the relay would not know their ids).
     pub fn take_relay_tally(&mut self, deployment: &str, now_ms: u64) -> Tally {
         let local = self.local(deployment);
         let mut tally = local.take_tally(now_ms);
-        tally.returns.append(&mut local.relay_returns);
+        local.tally.returns = std::mem::replace(&mut tally.returns, std::mem::take(&mut local.relay_returns));
         tally.unhealthy = std::mem::take(&mut local.tell_relay);
         tally
+    }
+
+    /// Whether returns of the object's own slices wait for a message to it.
+    pub fn object_returns_pending(&self, deployment: &str) -> bool {
+        self.deployments.get(deployment).is_some_and(|l| !l.tally.returns.is_empty())
     }
 
     /// Whether returns (or word of an unhealthy deployment) wait for the relay.

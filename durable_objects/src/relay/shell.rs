@@ -38,12 +38,22 @@ pub struct LocationRelay {
     env: Env,
     relay: RefCell<Option<Relay>>,
     object: RefCell<Option<String>>,
+    /// A renewal decided while answering an isolate: the alarm sends it, so the answer does not
+    /// wait for the object.
+    renewal: RefCell<Option<LeaseRequest>>,
     alarm: Alarm,
 }
 
 impl DurableObject for LocationRelay {
     fn new(state: State, env: Env) -> Self {
-        LocationRelay { state, env, relay: RefCell::new(None), object: RefCell::new(None), alarm: Alarm::default() }
+        LocationRelay {
+            state,
+            env,
+            relay: RefCell::new(None),
+            object: RefCell::new(None),
+            renewal: RefCell::new(None),
+            alarm: Alarm::default(),
+        }
     }
 
     /// `POST` a lease or a report (with [`OBJECT_HEADER`]); `GET` answers the relay's status.
@@ -89,6 +99,10 @@ impl DurableObject for LocationRelay {
 
     async fn alarm(&self) -> Result<Response> {
         self.alarm.cleared();
+        let renewal = self.renewal.borrow_mut().take();
+        if let Some(up) = renewal {
+            self.ask_object(up).await;
+        }
         let due = self.with(|r| r.due_report(now_ms()));
         if let Some(tally) = due {
             self.report(tally).await;
@@ -111,15 +125,25 @@ impl LocationRelay {
         let deadline = now_ms() + UPSTREAM_TIMEOUT_MS;
         let (mut answer, mut upstream) = self.with(|r| r.ask(&ask, now_ms()));
         loop {
-            // This request's own ask to the object: its answer is the change a wait would wait for.
-            let asked = upstream.is_some();
-            if let Some(up) = upstream.take() {
-                self.ask_object(up).await;
-            }
             match answer {
-                SubAnswer::Now(decision) => return decision,
-                SubAnswer::Wait if now_ms() >= deadline => return self.with(|r| r.give_up(&ask, now_ms())),
+                SubAnswer::Now(decision) => {
+                    if let Some(up) = upstream.take() {
+                        // Answered already: the renewal goes from the alarm, off this answer's path.
+                        *self.renewal.borrow_mut() = Some(up);
+                        let now = now_ms();
+                        self.alarm.arm(&self.state.storage(), now, now + 1, Rearm::IfEarlier, "relay").await;
+                    }
+                    return decision;
+                }
                 SubAnswer::Wait => {
+                    // This request's own ask to the object: its answer is the change to wait for.
+                    let asked = upstream.is_some();
+                    if let Some(up) = upstream.take() {
+                        self.ask_object(up).await;
+                    }
+                    if now_ms() >= deadline {
+                        return self.with(|r| r.give_up(&ask, now_ms()));
+                    }
                     if !asked {
                         self.wait_for_change(deadline).await;
                     }
@@ -142,7 +166,7 @@ impl LocationRelay {
     async fn ask_object(&self, up: LeaseRequest) {
         let (id, tally) = (up.id.clone(), up.tally.clone());
         let answer = match self.limiter() {
-            Ok(stub) => client::lease(&stub, up).await,
+            Ok(stub) => within(UPSTREAM_TIMEOUT_MS, client::lease(&stub, up)).await,
             Err(e) => Err(e),
         };
         let now = now_ms();
@@ -160,7 +184,7 @@ impl LocationRelay {
 
     async fn report(&self, tally: Tally) {
         let answer = match self.limiter() {
-            Ok(stub) => client::report(&stub, tally.clone()).await,
+            Ok(stub) => within(UPSTREAM_TIMEOUT_MS, client::report(&stub, tally.clone())).await,
             Err(e) => Err(e),
         };
         let now = now_ms();
@@ -192,5 +216,15 @@ impl LocationRelay {
     fn log_failed(&self, event: &str, error: &str) {
         let object = self.object.borrow().clone().unwrap_or_default();
         console_error!("{}", serde_json::json!({"event": event, "limiter": object, "error": error}));
+    }
+}
+
+/// `call`'s answer, or an error once `ms` have passed without one.
+pub async fn within<T>(ms: u64, call: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    let timer = worker::Delay::from(Duration::from_millis(ms));
+    futures::pin_mut!(call, timer);
+    match futures::future::select(call, timer).await {
+        futures::future::Either::Left((answer, _)) => answer,
+        futures::future::Either::Right(((), _)) => Err(worker::Error::RustError(format!("no answer in {ms} ms"))),
     }
 }

@@ -179,14 +179,14 @@ fn an_unknown_return_is_charged_and_never_refunded() {
 }
 
 #[test]
-fn the_rest_of_a_tally_is_forwarded_settles_within_a_second_refunds_within_five() {
+fn the_rest_of_a_tally_is_forwarded_successes_within_a_second_refunds_within_five() {
     let mut relay = warm(1_000);
-    let tally = Tally { successes: 7, adjust: Delta { tokens: 900, ..Delta::default() }, ..Tally::default() };
+    let tally = Tally { adjust: Delta { tokens: 900, ..Delta::default() }, ..Tally::default() };
     relay.report(&tally, T + 100);
     assert_eq!(relay.next_due_ms(), Some(T + 100 + REFUND_WITHIN_MS));
     let settle = LateSettle { id: "r1".into(), usage: None };
-    relay.report(&Tally { settles: vec![settle], ..Tally::default() }, T + 200);
-    assert_eq!(relay.next_due_ms(), Some(T + 200 + FORWARD_WITHIN_MS), "a settle is due sooner");
+    relay.report(&Tally { successes: 7, settles: vec![settle], ..Tally::default() }, T + 200);
+    assert_eq!(relay.next_due_ms(), Some(T + 200 + FORWARD_WITHIN_MS), "a settle and successes are due sooner");
     assert_eq!(relay.due_report(T + 500), None);
     let sent = relay.due_report(T + 1_200).expect("due");
     assert_eq!((sent.successes, sent.adjust.tokens, sent.settles.len()), (7, 900, 1));
@@ -240,15 +240,46 @@ fn a_lost_call_keeps_what_it_carried_and_backs_off() {
 }
 
 #[test]
-fn new_limits_retire_the_parents_of_the_old() {
+fn parents_serve_asks_under_their_own_limits_only() {
     let mut relay = warm(1_000);
     let mut other = ask("a.0", 10);
-    other.limits = Some(Limits { rpm: Some(100), ..Limits::default() });
+    other.limits = Some(Limits { rpm: Some(900_000), ..Limits::default() });
     let (answer, up) = relay.ask(&other, T + 10);
-    assert_eq!(answer, SubAnswer::Wait);
+    assert_eq!(answer, SubAnswer::Wait, "the parent under the other limits does not serve it");
     let up = up.expect("asks under the new limits");
     assert_eq!(up.limits, other.limits);
-    assert_eq!(up.tally.returns.len(), 1, "the old parent rides along");
+    relay.upstream_granted(&up.id, &granted(500, 6_000), T + 50);
+    assert_eq!(now(relay.ask_again(&other, T + 51).0).grant.requests, 10);
+    // An isolate still on the old table is served by the old parent.
+    assert_eq!(now(relay.ask(&ask("b.0", 20), T + 60).0).grant.requests, 20);
+    assert_eq!(relay.held().requests, 1_000 - 20 + 500 - 10);
+}
+
+#[test]
+fn a_late_answer_to_an_ask_given_up_goes_straight_back() {
+    let mut relay = Relay::new("r");
+    let (_, up) = relay.ask(&ask("a.0", 10), T);
+    let up = up.unwrap();
+    relay.upstream_lost(Some(&up.id), up.tally, T + 5_000);
+    relay.upstream_granted(&up.id, &granted(80, 6_000), T + 5_100);
+    assert_eq!(relay.status().parents, 0);
+    let back = relay.due_report(T + 5_100 + REFUND_WITHIN_MS).expect("returned");
+    assert_eq!(returns_of(&back), vec![(up.id.as_str(), 80)]);
+}
+
+#[test]
+fn a_grant_cut_short_holds_further_asks_for_a_moment() {
+    let mut relay = Relay::new("r");
+    let (_, up) = relay.ask(&ask("a.0", 10), T);
+    let up = up.unwrap();
+    relay.upstream_granted(&up.id, &granted(5, 6_000), T + 40);
+    let (answer, again) = relay.ask_again(&ask("a.0", 10), T + 41);
+    assert!(again.is_none(), "no ask to the object right after a short grant");
+    assert_eq!(now(answer).grant.requests, 5, "what is left");
+}
+
+fn returns_of(t: &Tally) -> Vec<(&str, i64)> {
+    t.returns.iter().map(|r| (r.id.as_str(), r.unused.requests)).collect()
 }
 
 /// Whatever isolates ask and return, in any order, the relay never gives the object back more
@@ -327,4 +358,13 @@ fn an_isolate_that_heard_of_a_trip_stops_the_relay_at_once() {
     assert_eq!(back.returns[0].unused.requests, 1_000);
     assert!(!back.unhealthy, "the object heard it from the isolate");
     assert!(!relay.is_quiet(T + 20 + UNHEALTHY_QUIET_MS));
+}
+
+#[test]
+fn a_quiet_time_running_is_never_shortened() {
+    let mut relay = warm(1_000);
+    relay.unhealthy(RejectCode::BreakerOpen, 4_000, T + 10);
+    relay.unhealthy(RejectCode::BreakerOpen, 1_000, T + 20);
+    assert!(relay.is_quiet(T + 4_009));
+    assert!(!relay.is_quiet(T + 4_010));
 }

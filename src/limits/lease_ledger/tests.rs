@@ -914,3 +914,27 @@ fn the_relay_hears_of_an_unhealthy_deployment_from_an_isolate_that_used_it() {
     other.unhealthy(DEP, 2_000, T0);
     assert!(!other.relay_pending(DEP));
 }
+
+#[test]
+fn the_objects_own_slices_never_go_to_the_relay() {
+    let limits = rpm(1_000_000);
+    let (mut c, ask) = relayed(&limits, T0);
+    c.ask_lost(DEP, &ask.id);
+    c.relay_failed(DEP, T0 + 1);
+    let object_ask = c.admit(DEP, &limits, need(0), T0 + 2).ask.expect("asks the object");
+    c.granted(DEP, &object_ask.id, &limits, &grant(1, 0), T0 + 3);
+    local(&c.admit(DEP, &limits, need(0), T0 + 4));
+    assert!(c.object_returns_pending(DEP), "drained: back to the object");
+    let to_relay = c.take_relay_tally(DEP, T0 + 5);
+    assert!(to_relay.returns.is_empty(), "{to_relay:?}");
+    assert_eq!(returns(&c.take_tally(DEP, T0 + 5)), vec![("iso.1", rq(0, 0))]);
+}
+
+#[test]
+fn the_relays_own_word_is_not_told_back_to_it() {
+    let limits = rpm(1_000_000);
+    let (mut c, ask) = relayed(&limits, T0);
+    c.granted(DEP, &ask.id, &limits, &grant(100, 0), T0 + 2);
+    assert!(c.relay_unhealthy(DEP, 2_000, T0 + 10));
+    assert!(!c.take_relay_tally(DEP, T0 + 11).unhealthy, "no echo");
+}
