@@ -1,5 +1,7 @@
 //! What the worker calls: one round trip to a limiter object (a deployment's or a scope's) per function.
 
+use std::time::Duration;
+
 use worker::wasm_bindgen::JsValue;
 use worker::{Error, Headers, Method, ObjectNamespace, Request, RequestInit, Result, Stub};
 
@@ -14,6 +16,9 @@ pub const LIMITER_BINDING: &str = "LIMITER";
 
 /// The worker's binding of the location relays' namespace (`relay::shell::LocationRelay`).
 pub const RELAY_BINDING: &str = "RELAY";
+
+/// The header naming the limiter object a relay fronts (a Durable Object does not know its name).
+pub const OBJECT_HEADER: &str = "x-limiter-object";
 
 /// The stub of `deployment`'s limiter (same deployment id, same object).
 pub fn stub(namespace: &ObjectNamespace, deployment: &str) -> Result<Stub> {
@@ -35,7 +40,7 @@ async fn call_as(stub: &Stub, req: &LimiterRequest, relay_of: Option<&str>) -> R
     init.with_method(Method::Post).with_body(Some(JsValue::from_str(&encode_request(req))));
     if let Some(object) = relay_of {
         let headers = Headers::new();
-        headers.set(crate::relay::shell::OBJECT_HEADER, object)?;
+        headers.set(OBJECT_HEADER, object)?;
         init.with_headers(headers);
     }
     let request = Request::new_with_init(OBJECT_URL, &init)?;
@@ -107,6 +112,16 @@ pub async fn status(stub: &Stub) -> Result<StatusReport> {
 pub async fn relay_status(stub: &Stub) -> Result<crate::relay::RelayStatus> {
     let body = stub.fetch_with_str(OBJECT_URL).await?.text().await?;
     serde_json::from_str(&body).map_err(|e| Error::RustError(format!("relay status: {e}")))
+}
+
+/// `call`'s answer, or an error once `ms` have passed without one.
+pub async fn within<T>(ms: u64, call: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    let timer = worker::Delay::from(Duration::from_millis(ms));
+    futures::pin_mut!(call, timer);
+    match futures::future::select(call, timer).await {
+        futures::future::Either::Left((answer, _)) => answer,
+        futures::future::Either::Right(((), _)) => Err(worker::Error::RustError(format!("no answer in {ms} ms"))),
+    }
 }
 
 fn to_worker(e: ProtocolError) -> Error {

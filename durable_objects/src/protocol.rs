@@ -30,6 +30,11 @@ pub fn object_name(deployment: &str) -> String {
     format!("deployment:{deployment}")
 }
 
+/// The name of `object`'s relay in `location` (a Cloudflare colo): one per object and location.
+pub fn relay_name(object: &str, location: &str) -> String {
+    format!("relay:{object}@{location}")
+}
+
 /// The Durable Object name of a scope's limiter: `scope:key:<key id>` or `scope:tenant:<name>`.
 /// Never the name of a deployment's object (those start with `deployment:`).
 pub fn scope_object_name(scope: &str, name: &str) -> String {

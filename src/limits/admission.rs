@@ -250,7 +250,7 @@ async fn relay_first(
             leases(|c| c.ask_lost(object, &ask.id));
             break;
         }
-        let asked = limiter::relay::shell::within(wait, async { Ok(ask_relay(env, object, limits, ask).await) });
+        let asked = client::within(wait, async { Ok(ask_relay(env, object, limits, ask).await) });
         if let Ok(Some(expires_ms)) = asked.await {
             ctx.wait_until(hand_back_at(env.clone(), object.to_string(), expires_ms));
         }
@@ -329,7 +329,7 @@ async fn ask_relay(env: &Env, object: &str, limits: &Limits, ask: LeaseAsk) -> O
 
 /// The stub of this location's relay for `object`.
 pub fn relay_stub(env: &Env, object: &str) -> worker::Result<Stub> {
-    let name = limiter::relay::shell::relay_name(object, &crate::limits::location::here());
+    let name = limiter::protocol::relay_name(object, &crate::limits::location::here());
     env.durable_object(RELAY_BINDING)?.id_from_name(&name)?.get_stub()
 }
 

@@ -1,5 +1,5 @@
 //! The `LocationRelay` Durable Object: one per limiter object and location (named by
-//! [`relay_name`]), a thin shell over [`Relay`] that supplies the clock, calls the limiter
+//! [`crate::protocol::relay_name`]), a thin shell over [`Relay`] that supplies the clock, calls the limiter
 //! object, and keeps an alarm for parents at their end and outcomes due there.
 //!
 //! Nothing is persisted: a relay that restarts has lost its parents, which the object then
@@ -14,23 +14,15 @@ use worker::{console_error, durable_object, DurableObject, Env, Method, Request,
 
 use super::{Relay, SubAnswer, UNHEALTHY_QUIET_MS, UPSTREAM_TIMEOUT_MS};
 use crate::breaker::BreakerState;
-use crate::client;
+use crate::client::{self, within, OBJECT_HEADER};
 use crate::object::{now_ms, respond, Alarm, Rearm};
 use crate::protocol::{
     decode_request, LeaseDecision, LeaseRequest, LimiterRequest, LimiterResponse, RejectCode, ReportAck, Tally,
 };
 
-/// The header naming the limiter object a relay fronts (a Durable Object does not know its name).
-pub const OBJECT_HEADER: &str = "x-limiter-object";
-
 /// A waiting ask looks at the relay after this long, then twice as long each time up to 16 ms.
 const POLL_FIRST_MS: u64 = 1;
 const POLL_MAX_MS: u64 = 16;
-
-/// The relay's name: the limiter object it fronts, and the location.
-pub fn relay_name(object: &str, location: &str) -> String {
-    format!("relay:{object}@{location}")
-}
 
 #[durable_object(alarm)]
 pub struct LocationRelay {
@@ -216,15 +208,5 @@ impl LocationRelay {
     fn log_failed(&self, event: &str, error: &str) {
         let object = self.object.borrow().clone().unwrap_or_default();
         console_error!("{}", serde_json::json!({"event": event, "limiter": object, "error": error}));
-    }
-}
-
-/// `call`'s answer, or an error once `ms` have passed without one.
-pub async fn within<T>(ms: u64, call: impl std::future::Future<Output = Result<T>>) -> Result<T> {
-    let timer = worker::Delay::from(Duration::from_millis(ms));
-    futures::pin_mut!(call, timer);
-    match futures::future::select(call, timer).await {
-        futures::future::Either::Left((answer, _)) => answer,
-        futures::future::Either::Right(((), _)) => Err(worker::Error::RustError(format!("no answer in {ms} ms"))),
     }
 }
