@@ -151,10 +151,8 @@ fn a_burst_to_a_roomy_deployment_admits_locally_against_leases() {
     assert_eq!(after["leases"]["held"]["rq"], 0, "{after}");
 }
 
-#[test]
-fn concurrent_requests_to_a_cold_isolate_wait_for_its_first_lease_instead_of_each_calling() {
-    let s = stack();
-    let n = 40;
+/// `n` requests to `model` released together: when each was sent, when answered, the reply.
+fn all_at_once(n: usize, model: &'static str) -> Vec<(Instant, Instant, e2e::client::Reply)> {
     let start = std::sync::Arc::new(std::sync::Barrier::new(n));
     let handles: Vec<_> = (0..n)
         .map(|_| {
@@ -162,12 +160,19 @@ fn concurrent_requests_to_a_cold_isolate_wait_for_its_first_lease_instead_of_eac
             std::thread::spawn(move || {
                 start.wait();
                 let sent = Instant::now();
-                let r = post(&stack().url("/v1/chat/completions"), KEY, &hello("leased-cold"));
+                let r = post(&stack().url("/v1/chat/completions"), KEY, &hello(model));
                 (sent, Instant::now(), r)
             })
         })
         .collect();
-    let replies: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+#[test]
+fn concurrent_requests_to_a_cold_isolate_wait_for_its_first_lease_instead_of_each_calling() {
+    let s = stack();
+    let n = 40;
+    let replies = all_at_once(n, "leased-cold");
     for (i, (_, _, r)) in replies.iter().enumerate() {
         assert_eq!(r.status, 200, "request {i}: {}", r.body);
     }
@@ -253,17 +258,7 @@ fn a_wide_deployments_isolates_lease_from_their_locations_relay_and_everything_c
     // RPM 1,000,000: isolates lease from the relay, which leases from the object.
     let s = stack();
     let n = 40;
-    let start = std::sync::Arc::new(std::sync::Barrier::new(n));
-    let handles: Vec<_> = (0..n)
-        .map(|_| {
-            let start = start.clone();
-            std::thread::spawn(move || {
-                start.wait();
-                post(&stack().url("/v1/chat/completions"), KEY, &hello("wide"))
-            })
-        })
-        .collect();
-    for (i, r) in handles.into_iter().map(|h| h.join().unwrap()).enumerate() {
+    for (i, (_, _, r)) in all_at_once(n, "wide").into_iter().enumerate() {
         assert_eq!(r.status, 200, "request {i}: {}", r.body);
         assert!(r.header("x-ratelimit-remaining-requests").is_some(), "request {i} tells what is left");
     }
