@@ -62,32 +62,16 @@ pub async fn settle(stub: &Stub, req: SettleRequest) -> Result<SettleReport> {
     }
 }
 
-pub async fn lease(stub: &Stub, req: LeaseRequest) -> Result<LeaseDecision> {
-    lease_as(stub, req, None).await
-}
-
-/// A lease from `object`'s relay.
-pub async fn relay_lease(stub: &Stub, object: &str, req: LeaseRequest) -> Result<LeaseDecision> {
-    lease_as(stub, req, Some(object)).await
-}
-
-async fn lease_as(stub: &Stub, req: LeaseRequest, relay_of: Option<&str>) -> Result<LeaseDecision> {
+/// A lease from the object, or from its relay when `relay_of` names the object.
+pub async fn lease(stub: &Stub, relay_of: Option<&str>, req: LeaseRequest) -> Result<LeaseDecision> {
     match call_as(stub, &LimiterRequest::Lease(req), relay_of).await? {
         LimiterResponse::Lease(d) => Ok(d),
         _ => Err(to_worker(ProtocolError::Mismatch { expected: "lease" })),
     }
 }
 
-pub async fn report(stub: &Stub, tally: Tally) -> Result<ReportAck> {
-    report_as(stub, tally, None).await
-}
-
-/// A report to `object`'s relay.
-pub async fn relay_report(stub: &Stub, object: &str, tally: Tally) -> Result<ReportAck> {
-    report_as(stub, tally, Some(object)).await
-}
-
-async fn report_as(stub: &Stub, tally: Tally, relay_of: Option<&str>) -> Result<ReportAck> {
+/// A report to the object, or to its relay when `relay_of` names the object.
+pub async fn report(stub: &Stub, relay_of: Option<&str>, tally: Tally) -> Result<ReportAck> {
     match call_as(stub, &LimiterRequest::Report(tally), relay_of).await? {
         LimiterResponse::Report(a) => Ok(a),
         _ => Err(to_worker(ProtocolError::Mismatch { expected: "report" })),

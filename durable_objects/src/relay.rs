@@ -163,9 +163,7 @@ impl Relay {
     pub fn ask(&mut self, req: &LeaseRequest, now_ms: u64) -> (SubAnswer, Option<LeaseRequest>) {
         self.counts.asks += 1;
         self.absorb(&req.tally, now_ms);
-        if let Some(sub) = self.subs.get(&req.id) {
-            // A retried ask (lost answer): the same sub again.
-            let grant = self.grant(sub.taken, sub.expires_ms, now_ms);
+        if let Some(grant) = self.carved_before(req, now_ms) {
             return (SubAnswer::Now(grant), None);
         }
         self.wanted.record_n(req.want.requests, DEMAND_WINDOW_MS, now_ms);
@@ -175,8 +173,7 @@ impl Relay {
     /// The same ask after waiting (once [`Relay::changes`] moved): as [`Relay::ask`], without
     /// taking in its tally or counting its demand again.
     pub fn ask_again(&mut self, req: &LeaseRequest, now_ms: u64) -> (SubAnswer, Option<LeaseRequest>) {
-        if let Some(sub) = self.subs.get(&req.id) {
-            let grant = self.grant(sub.taken, sub.expires_ms, now_ms);
+        if let Some(grant) = self.carved_before(req, now_ms) {
             return (SubAnswer::Now(grant), None);
         }
         self.serve(req, now_ms)
@@ -185,14 +182,21 @@ impl Relay {
     /// The last word on an ask whose wait is over: whatever part of it a parent has, or a
     /// refusal (the isolate then admits with the object itself).
     pub fn give_up(&mut self, req: &LeaseRequest, now_ms: u64) -> LeaseDecision {
-        if let Some(sub) = self.subs.get(&req.id) {
-            return self.grant(sub.taken, sub.expires_ms, now_ms);
+        if let Some(grant) = self.carved_before(req, now_ms) {
+            return grant;
         }
         self.retire_expired(now_ms);
         if let Some(refusal) = self.quiet_refusal(now_ms) {
             return refusal;
         }
         self.carve(req, false, now_ms).unwrap_or_else(|| self.refusal(now_ms))
+    }
+
+    /// The sub already carved for this ask (a retried ask after a lost answer, or one that
+    /// waited), granted again with the time it has left.
+    fn carved_before(&self, req: &LeaseRequest, now_ms: u64) -> Option<LeaseDecision> {
+        let sub = self.subs.get(&req.id)?;
+        Some(self.grant(sub.taken, sub.expires_ms, now_ms))
     }
 
     /// A sub of the whole want if a parent has it; else an ask to the object and a wait for

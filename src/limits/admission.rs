@@ -67,16 +67,18 @@ async fn wait_for_ask(object: &str, until_ms: u64) -> bool {
     }
 }
 
-/// The ledger's decision for one request, after waiting for the asks in flight it points to:
-/// their answers will likely cover the request without a call of its own.
-async fn decide(object: &str, limits: &Limits, need: Amounts) -> Decision {
-    let deadline_ms = now_ms() + MAX_ASK_WAIT_MS;
-    let mut decision = leases(|c| c.admit(object, limits, need, now_ms()));
+/// The ledger's decision for one request (`first`: its first look, else again after an ask),
+/// after waiting, until `deadline_ms`, for the asks in flight it points to: their answers will
+/// likely cover the request without a call of its own.
+async fn decide(object: &str, limits: &Limits, need: Amounts, first: bool, deadline_ms: u64) -> Decision {
+    let mut decision = leases(|c| match first {
+        true => c.admit(object, limits, need, now_ms()),
+        false => c.admit_again(object, limits, need, now_ms(), true),
+    });
     let watch_settles = decision.watch_settles;
     while let Some(until_ms) = decision.wait_until_ms {
         let until_ms = until_ms.min(deadline_ms);
-        let now = now_ms();
-        let changed = until_ms > now && wait_for_ask(object, until_ms).await;
+        let changed = until_ms > now_ms() && wait_for_ask(object, until_ms).await;
         let now = now_ms();
         decision = leases(|c| c.admit_again(object, limits, need, now, changed && now < deadline_ms));
     }
@@ -163,7 +165,7 @@ async fn admit_to(
 ) -> Admit {
     let need = Amounts::request(estimate.input, estimate.output);
     let deadline_ms = now_ms() + MAX_ASK_WAIT_MS;
-    let mut decision = decide(object, limits, need).await;
+    let mut decision = decide(object, limits, need, true, deadline_ms).await;
     if decision.watch_settles {
         ctx.wait_until(watch_settles(env.clone(), object.to_string()));
     }
@@ -173,7 +175,7 @@ async fn admit_to(
     let Decision { local, ask, .. } = decision;
     if let Some(local) = local {
         if let Some(ask) = ask {
-            ctx.wait_until(renew(env.clone(), object.to_string(), limits.clone(), ask));
+            ctx.wait_until(renew(env.clone(), object.to_string(), limits.clone(), ask, false));
         }
         return Admit::Admitted(local_admission(env, object, reservation_id, local));
     }
@@ -242,7 +244,7 @@ async fn relay_first(
 ) -> Decision {
     while let Some(ask) = decision.ask.take() {
         if decision.local.is_some() {
-            ask_relay_later(env, ctx, object, limits, ask);
+            ctx.wait_until(renew(env.clone(), object.to_string(), limits.clone(), ask, true));
             break;
         }
         let wait = deadline_ms.saturating_sub(now_ms());
@@ -250,11 +252,11 @@ async fn relay_first(
             leases(|c| c.ask_lost(object, &ask.id));
             break;
         }
-        let asked = client::within(wait, async { Ok(ask_relay(env, object, limits, ask).await) });
+        let asked = client::within(wait, async { Ok(ask_lease(env, object, limits, ask, true).await) });
         if let Ok(Some(expires_ms)) = asked.await {
             ctx.wait_until(hand_back_at(env.clone(), object.to_string(), expires_ms));
         }
-        decision = Decision { watch_settles: false, ..decide_again(object, limits, need, deadline_ms).await };
+        decision = Decision { watch_settles: false, ..decide(object, limits, need, false, deadline_ms).await };
         if !decision.via_relay {
             // The relay failed meanwhile: an ask for the object rides along with the admit.
             break;
@@ -263,56 +265,35 @@ async fn relay_first(
     decision
 }
 
-/// Asks the relay in the background, and hands the slice back when it ends.
-fn ask_relay_later(env: &Env, ctx: &Context, object: &str, limits: &Limits, ask: LeaseAsk) {
-    let (env, object, limits) = (env.clone(), object.to_string(), limits.clone());
-    ctx.wait_until(async move {
-        if let Some(expires_ms) = ask_relay(&env, &object, &limits, ask).await {
-            hand_back_at(env, object, expires_ms).await;
-        }
-    });
-}
-
-/// The ledger's decision for a request that already asked once (its ask answered), after
-/// waiting for any ask in flight it points to, until `deadline_ms`.
-async fn decide_again(object: &str, limits: &Limits, need: Amounts, deadline_ms: u64) -> Decision {
-    let mut decision = leases(|c| c.admit_again(object, limits, need, now_ms(), true));
-    while let Some(until_ms) = decision.wait_until_ms {
-        let until_ms = until_ms.min(deadline_ms);
-        let changed = until_ms > now_ms() && wait_for_ask(object, until_ms).await;
-        let now = now_ms();
-        decision = leases(|c| c.admit_again(object, limits, need, now, changed && now < deadline_ms));
-    }
-    decision
-}
-
-/// Asks this location's relay for a lease and installs the answer; returns when the slice
-/// expires, if one was granted. A failed call sends asks to the object for a while.
-async fn ask_relay(env: &Env, object: &str, limits: &Limits, ask: LeaseAsk) -> Option<u64> {
-    let stub = match relay_stub(env, object) {
+/// Asks the relay (`via_relay`) or the object for a lease and installs the answer; returns when
+/// the slice expires, if one was granted. A failed call backs off: from the relay for a while
+/// (asks go to the object), from the object as any failed call does.
+async fn ask_lease(env: &Env, object: &str, limits: &Limits, ask: LeaseAsk, via_relay: bool) -> Option<u64> {
+    let stub = match if via_relay { relay_stub(env, object) } else { limiter_stub(env, object) } {
         Ok(stub) => stub,
         Err(e) => {
-            leases(|c| {
-                c.ask_lost(object, &ask.id);
-                c.relay_failed(object, now_ms());
-            });
-            log_failed("relay_unreachable", object, &e.to_string());
+            leases(|c| c.ask_lost(object, &ask.id));
+            let who = if via_relay { "relay" } else { "limiter" };
+            if via_relay {
+                leases(|c| c.relay_failed(object, now_ms()));
+            }
+            log_failed(&format!("{who}_unreachable"), object, &e.to_string());
             return None;
         }
     };
-    let tally = leases(|c| c.take_relay_tally(object, now_ms()));
+    let tally =
+        leases(|c| if via_relay { c.take_relay_tally(object, now_ms()) } else { c.take_tally(object, now_ms()) });
     let request =
         LeaseRequest { id: ask.id.clone(), want: ask.want, limits: Some(limits.clone()), tally: tally.clone() };
     // Until the answer, the ask and the tally are given back if the request goes.
     let mut carried = InFlight { object, ask: Some(ask.id.clone()), tally: Some(tally) };
-    let answer = client::relay_lease(&stub, object, request).await;
+    let answer = client::lease(&stub, via_relay.then_some(object), request).await;
+    if answer.is_ok() {
+        (carried.ask, carried.tally) = (None, None);
+    }
     match answer {
-        Ok(LeaseDecision::Granted(grant)) => {
-            (carried.ask, carried.tally) = (None, None);
-            install(object, limits, &ask.id, &grant)
-        }
+        Ok(LeaseDecision::Granted(grant)) => install(object, limits, &ask.id, &grant),
         Ok(LeaseDecision::Refused { code, retry_after_ms }) => {
-            (carried.ask, carried.tally) = (None, None);
             if leases(|c| c.refused(object, &ask.id, code, retry_after_ms, now_ms())) {
                 report_now(env.clone(), object.to_string()).await;
             }
@@ -320,8 +301,9 @@ async fn ask_relay(env: &Env, object: &str, limits: &Limits, ask: LeaseAsk) -> O
         }
         Err(e) => {
             drop(carried);
-            leases(|c| c.relay_failed(object, now_ms()));
-            log_failed("relay_lease_failed", object, &e.to_string());
+            let who = if via_relay { "relay" } else { "limiter" };
+            leases(|c| if via_relay { c.relay_failed(object, now_ms()) } else { c.unreachable(object, now_ms()) });
+            log_failed(&format!("{who}_lease_failed"), object, &e.to_string());
             None
         }
     }
@@ -369,7 +351,7 @@ fn spare_the_object(
         return None;
     }
     if let Some(ask) = ask {
-        ctx.wait_until(renew(env.clone(), object.to_string(), limits.clone(), ask.clone()));
+        ctx.wait_until(renew(env.clone(), object.to_string(), limits.clone(), ask.clone(), false));
     }
     Some(Admit::Admitted(unlimited()))
 }
@@ -450,34 +432,11 @@ fn install(object: &str, limits: &Limits, id: &str, grant: &LeaseGrant) -> Optio
     leases(|c| c.granted(object, id, limits, grant, now_ms()))
 }
 
-/// A renewal in the background: ask, install, then hand the slice back when it expires.
-async fn renew(env: Env, object: String, limits: Limits, ask: LeaseAsk) {
-    let Some(stub) = stub_for(&env, &object) else {
-        leases(|c| c.ask_lost(&object, &ask.id));
-        return;
-    };
-    let tally = leases(|c| c.take_tally(&object, now_ms()));
-    let request =
-        LeaseRequest { id: ask.id.clone(), want: ask.want, limits: Some(limits.clone()), tally: tally.clone() };
-    match client::lease(&stub, request).await {
-        Ok(LeaseDecision::Granted(grant)) => {
-            if let Some(expires_ms) = install(&object, &limits, &ask.id, &grant) {
-                hand_back_at(env, object, expires_ms).await;
-            }
-        }
-        Ok(LeaseDecision::Refused { code, retry_after_ms }) => {
-            if leases(|c| c.refused(&object, &ask.id, code, retry_after_ms, now_ms())) {
-                report(&env, &stub, &object).await;
-            }
-        }
-        Err(e) => {
-            leases(|c| {
-                c.restore_tally(&object, tally);
-                c.unreachable(&object, now_ms());
-                c.ask_lost(&object, &ask.id);
-            });
-            log_failed("limiter_lease_failed", &object, &e.to_string());
-        }
+/// A renewal in the background (from the relay or the object): ask, install, then hand the
+/// slice back when it expires.
+async fn renew(env: Env, object: String, limits: Limits, ask: LeaseAsk, via_relay: bool) {
+    if let Some(expires_ms) = ask_lease(&env, &object, &limits, ask, via_relay).await {
+        hand_back_at(env, object, expires_ms).await;
     }
 }
 
@@ -516,7 +475,7 @@ async fn tell_relay(env: &Env, object: &str) {
 async fn report_to_relay(env: &Env, object: &str) {
     let tally = leases(|c| c.take_relay_tally(object, now_ms()));
     let answer = match relay_stub(env, object) {
-        Ok(stub) => client::relay_report(&stub, object, tally.clone()).await,
+        Ok(stub) => client::report(&stub, Some(object), tally.clone()).await,
         Err(e) => Err(e),
     };
     match answer {
@@ -540,7 +499,7 @@ async fn report(env: &Env, stub: &Stub, object: &str) {
     if tally.is_empty() {
         return;
     }
-    match client::report(stub, tally.clone()).await {
+    match client::report(stub, None, tally.clone()).await {
         Ok(ack) if ack.breaker != BreakerState::Closed => {
             leases(|c| c.unhealthy(object, MAX_QUIET_MS, now_ms()));
             tell_relay(env, object).await;

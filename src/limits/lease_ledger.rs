@@ -724,8 +724,7 @@ impl LeaseLedger {
     pub fn unhealthy(&mut self, deployment: &str, quiet_ms: u64, now_ms: u64) -> bool {
         let local = self.local(deployment);
         local.tell_relay |= local.uses_relay;
-        local.quiet_until_ms = now_ms + quiet_ms.min(MAX_QUIET_MS);
-        local.retire_all()
+        self.relay_unhealthy(deployment, quiet_ms, now_ms)
     }
 
     /// The relay says the deployment is unhealthy: as [`LeaseLedger::unhealthy`], without telling

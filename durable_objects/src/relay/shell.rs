@@ -158,7 +158,7 @@ impl LocationRelay {
     async fn ask_object(&self, up: LeaseRequest) {
         let (id, tally) = (up.id.clone(), up.tally.clone());
         let answer = match self.limiter() {
-            Ok(stub) => within(UPSTREAM_TIMEOUT_MS, client::lease(&stub, up)).await,
+            Ok(stub) => within(UPSTREAM_TIMEOUT_MS, client::lease(&stub, None, up)).await,
             Err(e) => Err(e),
         };
         let now = now_ms();
@@ -176,7 +176,7 @@ impl LocationRelay {
 
     async fn report(&self, tally: Tally) {
         let answer = match self.limiter() {
-            Ok(stub) => within(UPSTREAM_TIMEOUT_MS, client::report(&stub, tally.clone())).await,
+            Ok(stub) => within(UPSTREAM_TIMEOUT_MS, client::report(&stub, None, tally.clone())).await,
             Err(e) => Err(e),
         };
         let now = now_ms();

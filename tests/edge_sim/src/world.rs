@@ -710,13 +710,7 @@ impl World {
     }
 
     fn relay_send(&mut self, location: usize, message: LimiterRequest, pending: Pending) {
-        let from = Caller::Relay(location);
-        if let Some(fail_ms) = self.partitioned(location) {
-            self.after_ms(fail_ms, Event::Failed { from, pending });
-            return;
-        }
-        let at = self.now_us + self.one_way_us(location);
-        self.at(at, Event::AtObject { from, message: Box::new(message), pending });
+        self.send_from(Caller::Relay(location), message, pending);
     }
 
     /// Sets the relay's alarm for its next due time, if earlier than the one set.
@@ -852,13 +846,18 @@ impl World {
     }
 
     fn send(&mut self, isolate: usize, message: LimiterRequest, pending: Pending) {
-        let location = self.isolates[isolate].location;
+        self.send_from(Caller::Isolate(isolate), message, pending);
+    }
+
+    /// A message to the object over its sender's location's round trip (or failing, cut off).
+    fn send_from(&mut self, from: Caller, message: LimiterRequest, pending: Pending) {
+        let location = self.location_of(from);
         if let Some(fail_ms) = self.partitioned(location) {
-            self.after_ms(fail_ms, Event::Failed { from: Caller::Isolate(isolate), pending });
+            self.after_ms(fail_ms, Event::Failed { from, pending });
             return;
         }
         let at = self.now_us + self.one_way_us(location);
-        self.at(at, Event::AtObject { from: Caller::Isolate(isolate), message: Box::new(message), pending });
+        self.at(at, Event::AtObject { from, message: Box::new(message), pending });
     }
 
     fn serve(&mut self) {
