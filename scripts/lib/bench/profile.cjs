@@ -61,7 +61,7 @@ async function main() {
       pending.set(n, { resolve, reject });
       ws.send(JSON.stringify({ id: n, method, params }));
     });
-  const intervalUs = 100;
+  const intervalUs = Number(process.env.BENCH_PROFILE_INTERVAL_US || 100);
   await send("Profiler.enable");
   await send("Profiler.setSamplingInterval", { interval: intervalUs });
   await send("Profiler.start");
