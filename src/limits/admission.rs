@@ -269,11 +269,11 @@ async fn relay_first(
 /// the slice expires, if one was granted. A failed call backs off: from the relay for a while
 /// (asks go to the object), from the object as any failed call does.
 async fn ask_lease(env: &Env, object: &str, limits: &Limits, ask: LeaseAsk, via_relay: bool) -> Option<u64> {
+    let who = if via_relay { "relay" } else { "limiter" };
     let stub = match if via_relay { relay_stub(env, object) } else { limiter_stub(env, object) } {
         Ok(stub) => stub,
         Err(e) => {
             leases(|c| c.ask_lost(object, &ask.id));
-            let who = if via_relay { "relay" } else { "limiter" };
             if via_relay {
                 leases(|c| c.relay_failed(object, now_ms()));
             }
@@ -301,7 +301,6 @@ async fn ask_lease(env: &Env, object: &str, limits: &Limits, ask: LeaseAsk, via_
         }
         Err(e) => {
             drop(carried);
-            let who = if via_relay { "relay" } else { "limiter" };
             leases(|c| if via_relay { c.relay_failed(object, now_ms()) } else { c.unreachable(object, now_ms()) });
             log_failed(&format!("{who}_lease_failed"), object, &e.to_string());
             None

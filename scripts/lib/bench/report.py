@@ -93,6 +93,12 @@ def runtime_role(session, role):
     return "other"
 
 
+def runtime_cpu(results, W, name, conns, clk):
+    """CPU per request of the runtime serving `name` during its c=`conns` run, if it ran."""
+    c = cpu_per_request(results, name, conns, clk) if W.get(name) and W[name].get(conns) else None
+    return c["runtime"] if c else None
+
+
 def round_pairs(W, cpu_of, conns):
     """The passthrough and the gateway of each alternating round (round 1 is the main targets)."""
     out = []
@@ -248,8 +254,7 @@ def render(results):
 
     # ---- Issue 16: the gateway's own cost, as ratios to the passthrough worker (Miniflare) -----
     def cpu_of(name):
-        c = cpu_per_request(results, name, conns, clk) if W.get(name) and W[name].get(conns) else None
-        return c["runtime"] if c else None
+        return runtime_cpu(results, W, name, conns, clk)
 
     pt_cpu, pt = cpu_of("mf_passthrough"), W.get("mf_passthrough")
     if pt_cpu and pt and pt.get(1) and pt.get(conns):
@@ -560,9 +565,8 @@ def quick(results, names):
         print(f"| {name} | {p50:.3f} | {rps_:,.0f} | {cpu:.3f} | {extra} | {errors} |")
     W = {n: {c: wrk(results, n, c) for c in (1, conns)} for n in names}
 
-    def cpu_of(n):
-        c = cpu_per_request(results, n, conns, clk) if W.get(n) and W[n].get(conns) else None
-        return c["runtime"] if c else None
+    def cpu_of(name):
+        return runtime_cpu(results, W, name, conns, clk)
 
     rounds = round_pairs(W, cpu_of, conns)
     if len(rounds) > 1:

@@ -884,12 +884,18 @@ fn a_released_admission_of_a_returned_relay_slice_goes_with_that_return() {
     assert_eq!(returns(&c.take_relay_tally(DEP, T0 + 3)), vec![("iso.r0", rq(1, 0))]);
 }
 
+/// A relayed ledger whose relay call failed at `now`: its asks go to the object for a while.
+fn relay_down(limits: &Limits, now: u64) -> LeaseLedger {
+    let (mut c, ask) = relayed(limits, T0);
+    c.ask_lost(DEP, &ask.id);
+    c.relay_failed(DEP, now);
+    c
+}
+
 #[test]
 fn a_failed_relay_sends_asks_alongside_object_admits_for_a_while() {
     let limits = rpm(1_000_000);
-    let (mut c, ask) = relayed(&limits, T0);
-    c.ask_lost(DEP, &ask.id);
-    c.relay_failed(DEP, T0 + 5);
+    let mut c = relay_down(&limits, T0 + 5);
     let d = c.admit(DEP, &limits, need(1), T0 + 6);
     assert!(!d.via_relay);
     assert_eq!(d.ask.expect("asks the object").id, "iso.1");
@@ -918,9 +924,7 @@ fn the_relay_hears_of_an_unhealthy_deployment_from_an_isolate_that_used_it() {
 #[test]
 fn the_objects_own_slices_never_go_to_the_relay() {
     let limits = rpm(1_000_000);
-    let (mut c, ask) = relayed(&limits, T0);
-    c.ask_lost(DEP, &ask.id);
-    c.relay_failed(DEP, T0 + 1);
+    let mut c = relay_down(&limits, T0 + 1);
     let object_ask = c.admit(DEP, &limits, need(0), T0 + 2).ask.expect("asks the object");
     c.granted(DEP, &object_ask.id, &limits, &grant(1, 0), T0 + 3);
     local(&c.admit(DEP, &limits, need(0), T0 + 4));
