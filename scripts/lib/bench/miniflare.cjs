@@ -9,63 +9,23 @@
 //                           [CONFIG PORT]... (more gateways: variants of the build, each with its own state)
 // Prints "ready" once both answer.
 "use strict";
-const fs = require("fs");
-const path = require("path");
-const root = process.env.ROOT;
-const { Miniflare, Log, LogLevel } = require(path.join(root, "node_modules", "miniflare"));
-const { unstable_getMiniflareWorkerOptions } = require(path.join(root, "node_modules", "wrangler"));
+const { startGateway, seed, startFloor } = require("./mf.cjs");
 
 const [config, devVars, seedFile, state, gwPort, floorDir, mockUrl, floorPort, inspectorPort, ...variants] =
   process.argv.slice(2);
 
-function parseVars(file) {
-  const out = {};
-  for (const line of fs.readFileSync(file, "utf8").split("\n")) {
-    const m = /^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*)\s*$/.exec(line);
-    if (m && !line.trim().startsWith("#")) out[m[1]] = m[2].replace(/^"(.*)"$/, "$1");
-  }
-  return out;
-}
-
-async function startGateway(configPath, port, persist, inspector) {
-  const { workerOptions, main } = unstable_getMiniflareWorkerOptions(configPath);
-  const script = path.resolve(path.dirname(configPath), main);
-  const mf = new Miniflare({
-    ...workerOptions,
-    name: "edge-gateway-bench",
-    modules: true,
-    scriptPath: script,
-    modulesRoot: path.dirname(script),
-    bindings: { ...(workerOptions.bindings || {}), ...parseVars(devVars) },
-    host: "127.0.0.1",
-    port: Number(port),
-    ...(inspector ? { inspectorPort: Number(inspector) } : {}),
-    defaultPersistRoot: persist,
-    log: new Log(LogLevel.WARN),
-  });
-  await mf.ready;
-  const kv = await mf.getKVNamespace("CONFIG");
-  for (const { key, value } of JSON.parse(fs.readFileSync(seedFile, "utf8"))) await kv.put(key, value);
+async function gateway(configPath, port, persist, inspector) {
+  const mf = await startGateway({ config: configPath, devVars, port, persist, inspector });
+  await seed(mf, seedFile);
   return mf;
 }
 
 async function main() {
-  const instances = [await startGateway(config, gwPort, state, inspectorPort)];
+  const instances = [await gateway(config, gwPort, state, inspectorPort)];
   for (let i = 0; i + 1 < variants.length; i += 2) {
-    instances.push(await startGateway(variants[i], variants[i + 1], `${state}-variant${i / 2}`));
+    instances.push(await gateway(variants[i], variants[i + 1], `${state}-variant${i / 2}`));
   }
-  const floor = new Miniflare({
-    name: "bench-floor",
-    modules: true,
-    scriptPath: path.join(floorDir, "index.js"),
-    modulesRoot: floorDir,
-    compatibilityDate: "2026-04-01",
-    bindings: { MOCK_URL: mockUrl },
-    host: "127.0.0.1",
-    port: Number(floorPort),
-    log: new Log(LogLevel.WARN),
-  });
-  await floor.ready;
+  const floor = await startFloor({ floorDir, mockUrl, port: floorPort });
   instances.push(floor);
   console.log("ready");
   const stop = async () => {

@@ -429,6 +429,8 @@ def render(results):
           f"`WebAssembly.Memory`), same moment | — | {wasm / 2**20:.1f} |")
     p(f"| wasm bundle `build/index_bg.wasm` | {meta.get('wasm_bytes', 0) / 2**20:.2f} MiB raw | {meta.get('wasm_gzip_bytes', 0) / 2**20:.2f} MiB gzip |")
     p("")
+    for line in cold_start(results):
+        p(line)
 
     # ---- Every target --------------------------------------------------------------------------
     p("**Every target** (latency in ms; CPU = CPU time per request on the gateway's core, from `/proc/<pid>/stat` "
@@ -538,6 +540,31 @@ def write_docs(path, body):
         f.write(text)
 
 
+def cold_start(results):
+    """The cold-start table (coldstart.cjs): lines to print, or none when it was not measured."""
+    cold = load(os.path.join(results, "coldstart.json"))
+    if not cold:
+        return []
+    med = {who: {k: statistics.median(v) for k, v in d.items()} for who, d in cold.items()}
+    g, b = med["gateway"], med["passthrough"]
+    n = len(cold["gateway"]["first_ms"])
+    out = [f"**Cold start** (Miniflare; each round starts a new workerd process, so a new isolate, for each worker; "
+           f"medians of {n} rounds; the first and second requests each on a new connection, timed to the answer's "
+           "last byte):", "",
+           "| | runtime ready (module and wasm loaded) | first request | second request | first − second |",
+           "|---|---:|---:|---:|---:|"]
+    for label, m in (("passthrough worker", b), ("gateway, model `bench` (default breaker)", g)):
+        out.append(f"| {label} | {m['ready_ms']:.0f} ms | {m['first_ms']:.1f} ms | {m['second_ms']:.1f} ms | "
+                   f"{m['first_ms'] - m['second_ms']:+.1f} ms |")
+    out.append(f"| gateway − passthrough | {g['ready_ms'] - b['ready_ms']:+.0f} ms | {g['first_ms'] - b['first_ms']:+.1f} ms | "
+               f"{g['second_ms'] - b['second_ms']:+.1f} ms | |")
+    first = ", ".join(f"{x:.1f}" for x in cold["gateway"]["first_ms"])
+    out += ["", f"The gateway's first requests, round by round: {first} ms. A first request reads the key, the route "
+            "table and the prices from KV, asks the deployment's Durable Object for its first lease and runs every "
+            "function on its path for the first time.", ""]
+    return out
+
+
 def quick(results, names):
     """BENCH_QUICK: one line per target, CPU per request beside the passthrough worker's."""
     meta = load(os.path.join(results, "meta.json"), {}) or {}
@@ -573,6 +600,9 @@ def quick(results, names):
         med = {k: statistics.median(r[k] for r in rounds) for k in ("cpu", "ratio", "p50")}
         print(f"\nMedian of {len(rounds)} alternating rounds (passthrough, gateway): CPU {med['cpu']:+.3f} ms over the "
               f"passthrough, c={conns} {med['ratio']:.2f}× its req/s, c=1 p50 {med['p50']:+.3f} ms.")
+    cold = cold_start(results)
+    if cold:
+        print("\n" + "\n".join(cold))
     prof = load(os.path.join(results, "profile.json"))
     if prof:
         total = prof["total_ms"] or 1

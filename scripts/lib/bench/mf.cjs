@@ -1,0 +1,63 @@
+// Starting the bench's workers under Miniflare: the gateway from its wrangler.toml (bindings via
+// wrangler's own unstable_getMiniflareWorkerOptions, KV seeded after start) and the floor worker.
+// Shared by miniflare.cjs (the long-running targets) and coldstart.cjs (fresh isolates).
+"use strict";
+const fs = require("fs");
+const path = require("path");
+const root = process.env.ROOT;
+const { Miniflare, Log, LogLevel } = require(path.join(root, "node_modules", "miniflare"));
+const { unstable_getMiniflareWorkerOptions } = require(path.join(root, "node_modules", "wrangler"));
+
+function parseVars(file) {
+  const out = {};
+  for (const line of fs.readFileSync(file, "utf8").split("\n")) {
+    const m = /^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*)\s*$/.exec(line);
+    if (m && !line.trim().startsWith("#")) out[m[1]] = m[2].replace(/^"(.*)"$/, "$1");
+  }
+  return out;
+}
+
+/** The gateway under Miniflare, ready (its module evaluated) but not yet seeded. */
+async function startGateway({ config, devVars, port, persist, inspector }) {
+  const { workerOptions, main } = unstable_getMiniflareWorkerOptions(config);
+  const script = path.resolve(path.dirname(config), main);
+  const mf = new Miniflare({
+    ...workerOptions,
+    name: "edge-gateway-bench",
+    modules: true,
+    scriptPath: script,
+    modulesRoot: path.dirname(script),
+    bindings: { ...(workerOptions.bindings || {}), ...parseVars(devVars) },
+    host: "127.0.0.1",
+    port: Number(port),
+    ...(inspector ? { inspectorPort: Number(inspector) } : {}),
+    defaultPersistRoot: persist,
+    log: new Log(LogLevel.WARN),
+  });
+  await mf.ready;
+  return mf;
+}
+
+/** Writes the seed's keys into the gateway's CONFIG namespace (Miniflare's own API, not the worker). */
+async function seed(mf, seedFile) {
+  const kv = await mf.getKVNamespace("CONFIG");
+  for (const { key, value } of JSON.parse(fs.readFileSync(seedFile, "utf8"))) await kv.put(key, value);
+}
+
+async function startFloor({ floorDir, mockUrl, port }) {
+  const floor = new Miniflare({
+    name: "bench-floor",
+    modules: true,
+    scriptPath: path.join(floorDir, "index.js"),
+    modulesRoot: floorDir,
+    compatibilityDate: "2026-04-01",
+    bindings: { MOCK_URL: mockUrl },
+    host: "127.0.0.1",
+    port: Number(port),
+    log: new Log(LogLevel.WARN),
+  });
+  await floor.ready;
+  return floor;
+}
+
+module.exports = { startGateway, seed, startFloor };
