@@ -28,7 +28,7 @@ pub async fn authenticate(
     let secret = keys::bearer(header.as_deref())
         .or_else(|| api_key.as_deref().map(str::trim).filter(|k| !k.is_empty()))
         .ok_or_else(ApiError::missing_key)?;
-    let record = config::store::key_record(env, secret, now_ms).await?.ok_or_else(ApiError::invalid_key)?;
+    let record = config::warm::key_and_documents(env, secret, now_ms).await?.ok_or_else(ApiError::invalid_key)?;
     match record.check(now_ms) {
         Ok(()) => {}
         Err(KeyRefusal::Revoked) => {

@@ -26,3 +26,4 @@ pub mod route_rules;
 pub mod routes;
 pub mod selection;
 pub mod store;
+pub mod warm;
