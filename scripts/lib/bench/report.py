@@ -559,9 +559,10 @@ def cold_start(results):
     out.append(f"| gateway − passthrough | {g['ready_ms'] - b['ready_ms']:+.0f} ms | {g['first_ms'] - b['first_ms']:+.1f} ms | "
                f"{g['second_ms'] - b['second_ms']:+.1f} ms | |")
     first = ", ".join(f"{x:.1f}" for x in cold["gateway"]["first_ms"])
-    out += ["", f"The gateway's first requests, round by round: {first} ms. A first request reads the key, the route "
-            "table and the prices from KV, asks the deployment's Durable Object for its first lease and runs every "
-            "function on its path for the first time.", ""]
+    out += ["", f"The gateway's first requests, round by round: {first} ms. A first request reads the key's and its tenant's records, the "
+            "route table, the budgets and the prices from KV (side by side), asks the deployment's Durable Object "
+            "for its first lease and runs every wasm function on its path for the first time (V8 compiles each on "
+            "its first call).", ""]
     return out
 
 
