@@ -9,23 +9,14 @@
 // Prints "ready" once the gateway answers. CONTROL_PORT takes `POST /kv/<binding>` with
 // `[{"key","value"}]`: writes go through this process's own storage, never a second opener.
 "use strict";
-const fs = require("fs");
 const http = require("http");
 const path = require("path");
 const root = process.env.ROOT;
 const { Miniflare, Log, LogLevel } = require(path.join(root, "node_modules", "miniflare"));
-const { unstable_getMiniflareWorkerOptions } = require(path.join(root, "node_modules", "wrangler"));
+const { gatewayOptions } = require(path.join(root, "scripts", "lib", "gateway-options.cjs"));
 
 const [config, devVars, state, port, controlPort] = process.argv.slice(2);
 
-function parseVars(file) {
-  const out = {};
-  for (const line of fs.readFileSync(file, "utf8").split("\n")) {
-    const m = /^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*)\s*$/.exec(line);
-    if (m && !line.trim().startsWith("#")) out[m[1]] = m[2].replace(/^"(.*)"$/, "$1");
-  }
-  return out;
-}
 
 function control(mf) {
   return http.createServer((req, res) => {
@@ -49,15 +40,8 @@ function control(mf) {
 }
 
 async function main() {
-  const { workerOptions, main } = unstable_getMiniflareWorkerOptions(config);
-  const script = path.resolve(path.dirname(config), main);
   const mf = new Miniflare({
-    ...workerOptions,
-    modules: true,
-    scriptPath: script,
-    modulesRoot: path.dirname(script),
-    bindings: { ...(workerOptions.bindings || {}), ...parseVars(devVars) },
-    host: "127.0.0.1",
+    ...gatewayOptions(config, devVars),
     port: Number(port),
     // wrangler's --persist-to DIR keeps its simulators' state in DIR/v3.
     defaultPersistRoot: path.join(state, "v3"),

@@ -6,29 +6,13 @@ const fs = require("fs");
 const path = require("path");
 const root = process.env.ROOT;
 const { Miniflare, Log, LogLevel } = require(path.join(root, "node_modules", "miniflare"));
-const { unstable_getMiniflareWorkerOptions } = require(path.join(root, "node_modules", "wrangler"));
-
-function parseVars(file) {
-  const out = {};
-  for (const line of fs.readFileSync(file, "utf8").split("\n")) {
-    const m = /^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*)\s*$/.exec(line);
-    if (m && !line.trim().startsWith("#")) out[m[1]] = m[2].replace(/^"(.*)"$/, "$1");
-  }
-  return out;
-}
+const { gatewayOptions } = require("../gateway-options.cjs");
 
 /** The gateway under Miniflare, ready (its module evaluated) but not yet seeded. */
 async function startGateway({ config, devVars, port, persist, inspector }) {
-  const { workerOptions, main } = unstable_getMiniflareWorkerOptions(config);
-  const script = path.resolve(path.dirname(config), main);
   const mf = new Miniflare({
-    ...workerOptions,
+    ...gatewayOptions(config, devVars),
     name: "edge-gateway-bench",
-    modules: true,
-    scriptPath: script,
-    modulesRoot: path.dirname(script),
-    bindings: { ...(workerOptions.bindings || {}), ...parseVars(devVars) },
-    host: "127.0.0.1",
     port: Number(port),
     ...(inspector ? { inspectorPort: Number(inspector) } : {}),
     defaultPersistRoot: persist,
