@@ -1,8 +1,8 @@
 // Cold start: the gateway and the passthrough worker each started in a fresh Miniflare (a new
 // workerd process, so a new isolate), ROUNDS times. Per round: how long until the runtime is
 // ready (the module, and so the wasm, loaded), then the first request (nothing compiled by use,
-// nothing cached: the gateway reads its key, routes and prices from KV and asks for its first
-// lease) and the second (already warm), each on a new connection.
+// nothing cached: the gateway reads its key's and tenant's records, routes, budgets and prices
+// from KV and asks for its first lease) and the second (already warm), each on a new connection.
 //
 // usage: node coldstart.cjs GATEWAY_CONFIG DEV_VARS SEED_JSON STATE_ROOT FLOOR_DIR MOCK_URL ROUNDS
 //                           GATEWAY_BODY GATEWAY_KEY FLOOR_BODY MOCK_KEY
