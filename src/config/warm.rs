@@ -9,8 +9,17 @@ use crate::http::error::ApiError;
 use std::rc::Rc;
 use worker::Env;
 
-/// The presented key's record, with the route table, budgets and prices (and then the key's
-/// tenant record) brought into the isolate's caches meanwhile.
+/// The route table, budgets and prices brought into the isolate's caches, side by side.
+pub async fn documents(env: &Env, now_ms: u64) {
+    let _ = futures::join!(
+        store::route_table(env, now_ms),
+        budgets::budget_table(env, now_ms),
+        prices::price_table(env, now_ms)
+    );
+}
+
+/// The presented key's record, with the documents (and then the key's tenant record) brought
+/// into the isolate's caches meanwhile.
 pub async fn key_and_documents(env: &Env, secret: &str, now_ms: u64) -> Result<Option<Rc<KeyRecord>>, ApiError> {
     let key_then_tenant = async {
         let record = store::key_record(env, secret, now_ms).await;
@@ -20,11 +29,5 @@ pub async fn key_and_documents(env: &Env, secret: &str, now_ms: u64) -> Result<O
         }
         record
     };
-    let (record, _, _, _) = futures::join!(
-        key_then_tenant,
-        store::route_table(env, now_ms),
-        budgets::budget_table(env, now_ms),
-        prices::price_table(env, now_ms)
-    );
-    record
+    futures::join!(key_then_tenant, documents(env, now_ms)).0
 }

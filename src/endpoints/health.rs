@@ -16,11 +16,7 @@ use worker::{Env, Response};
 
 /// Each admin document's health in this isolate, after the usual cached read of each.
 pub async fn documents(env: &Env, now_ms: u64) -> [(&'static str, DocHealth); 3] {
-    let _ = futures::join!(
-        config::store::route_table(env, now_ms),
-        prices::price_table(env, now_ms),
-        budgets::budget_table(env, now_ms)
-    );
+    config::warm::documents(env, now_ms).await;
     [
         ("routes", config::store::route_health(now_ms)),
         ("prices", prices::price_health(now_ms)),
