@@ -243,7 +243,7 @@ def render(results):
       f"({meta.get('wasm_gzip_bytes', 0) / 1e6:.2f} MB gzip -9), JS glue {meta.get('js_bytes', 0) / 1e3:.0f} kB.")
     p(f"- Runtimes: wrangler {meta.get('wrangler')} (`wrangler dev --log-level warn`, local), Miniflare {meta.get('miniflare')} "
       f"(the same built worker and wrangler.toml, no dev proxy, no inspector), workerd {meta.get('workerd')}.")
-    p(f"- Load: {meta.get('wrk')}, 1 thread, `--latency`; {meta.get('duration_s')} s per run after a {meta.get('warmup_s')} s warm-up; "
+    p(f"- Load: {meta.get('wrk')}, 1 thread, `--latency`; {meta.get('duration_s')} s per run after a {meta.get('warmup_s')} s warm-up (and {meta.get('jit_warmup_s', 0)} s at c={meta.get('conns')} per target before any run); "
       f"c=1 and c={conns} keep-alive connections. The gateway's and the floors' process trees are pinned to CPU "
       f"{meta.get('gateway_cpu')} (`taskset`), wrk and the mock vendor to CPU {meta.get('load_cpu')}.")
     p(f"- Request: `POST /v1/chat/completions`, body `{meta.get('body')}`; the mock answers an 8-word completion "
