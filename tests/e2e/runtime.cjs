@@ -17,7 +17,6 @@ const { gatewayOptions } = require(path.join(root, "scripts", "lib", "gateway-op
 
 const [config, devVars, state, port, controlPort] = process.argv.slice(2);
 
-
 function control(mf) {
   return http.createServer((req, res) => {
     const m = /^\/kv\/([A-Z_]+)$/.exec(req.url || "");

@@ -7,7 +7,7 @@ SCRIPT is `perf script -F comm,tid,ip,sym,dso` of a `perf record -e cpu-clock -F
 taken while REQUESTS requests went through that process. Each sample is put in one column by its
 leaf frame (JIT code, the runtime's C++ and V8, the kernel) and in one row by the nearest frame
 above it that says why it ran (an API call from JS, a promise callback, GC, V8's background
-threads, entering the handler); printed as microseconds per request, one column pair per SCRIPT.
+threads, entering the handler); printed as microseconds per request, one column per SCRIPT.
 V8's own profile sees only the isolate; this sees the runtime's work the isolate causes.
 """
 import collections
@@ -58,19 +58,22 @@ def main():
     for path, requests in zip(args[::2], args[1::2]):
         counts = collections.Counter(where(s) for s in samples(path))
         runs.append((path, counts, float(requests)))
-    per = lambda c, n: c / n / HZ * 1e6  # µs per request
+    def row(label, wanted):
+        """One table row: the samples whose (leaf, reason) `wanted` accepts, per request."""
+        cells = (sum(v for k, v in c.items() if wanted(k)) / n / HZ * 1e6 for _, c, n in runs)
+        print(f"| {label} | " + " | ".join(f"{x:.0f}" for x in cells) + " |")
+
     print("| | " + " | ".join(p for p, _, _ in runs) + " |")
     print("|---|" + "---:|" * len(runs))
     for leaf in ("JIT", "runtime", "kernel"):
-        print(f"| {leaf} | " + " | ".join(f"{per(sum(v for k, v in c.items() if k[0] == leaf), n):.0f}" for _, c, n in runs) + " |")
-    print(f"| all | " + " | ".join(f"{per(sum(c.values()), n):.0f}" for _, c, n in runs) + " |")
-    reasons = sorted({k[1] for _, c, _ in runs for k in c}, key=lambda r: -sum(c[(l, r)] for _, c, _ in runs for l in ("JIT", "runtime", "kernel")))
-    for reason in reasons:
-        cells = []
-        for _, c, n in runs:
-            cells.append(f"{per(sum(v for k, v in c.items() if k[1] == reason), n):.0f}")
-        print(f"| {reason} | " + " | ".join(cells) + " |")
-
+        row(leaf, lambda k: k[0] == leaf)
+    row("all", lambda k: True)
+    totals = collections.Counter()
+    for _, c, _ in runs:
+        for (_, reason), v in c.items():
+            totals[reason] += v
+    for reason, _ in totals.most_common():
+        row(reason, lambda k: k[1] == reason)
 
 if __name__ == "__main__":
     main()

@@ -58,9 +58,9 @@ def main():
         add("total", r["client"][-1] - r["t0"])
         if len(r["vendor"]) > 2:
             for i, tv in enumerate(r["vendor"]):
-                later = [c for c in r["client"] if c >= tv]
-                if later:
-                    add(f"relay {i}", later[0] - tv)
+                sent = next((c for c in r["client"] if c >= tv), None)
+                if sent is not None:
+                    add(f"relay {i}", sent - tv)
     if not rows:
         sys.exit("no request with a vendor call in the capture")
     for key, values in rows.items():
