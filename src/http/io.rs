@@ -3,7 +3,7 @@
 use crate::http::codes;
 use crate::http::error::ApiError;
 use crate::http::incoming::Incoming;
-use worker::{Response, ResponseBuilder};
+use worker::{web_sys, Response, ResponseBuilder};
 
 /// Largest request body accepted; image-bearing chat requests can be several MiB.
 pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
@@ -45,11 +45,19 @@ pub fn sse_response<S>(stream: S) -> Result<Response, ApiError>
 where
     S: futures::Stream<Item = worker::Result<Vec<u8>>> + 'static,
 {
+    sse_builder()?.from_stream(stream).map_err(|e| ApiError::internal(e.to_string()))
+}
+
+/// An SSE answer whose body is a stream the runtime already holds.
+pub fn sse_stream(body: web_sys::ReadableStream) -> Result<Response, ApiError> {
+    sse_builder().map(|b| b.stream(body))
+}
+
+fn sse_builder() -> Result<ResponseBuilder, ApiError> {
     ResponseBuilder::new()
         .with_status(200)
         .with_header("content-type", "text/event-stream; charset=utf-8")
         .and_then(|b| b.with_header("cache-control", "no-cache"))
-        .and_then(|b| b.from_stream(stream))
         .map_err(|e| ApiError::internal(e.to_string()))
 }
 

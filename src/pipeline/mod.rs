@@ -11,5 +11,6 @@ pub mod retry;
 pub mod run;
 pub mod step;
 pub mod stream;
+pub mod stream_body;
 pub mod timeouts;
 pub mod upstream;

@@ -309,7 +309,7 @@ impl<'a> Driver<'a> {
         };
         let translator = self.step.stream(deployment, now_ms());
         let live = stream::start(up, attempt, translator, after, self.ctx).await?;
-        io::sse_response(live.into_stream()).map_err(|e| internal(e.message))
+        io::sse_stream(live.into_body()).map_err(|e| internal(e.message))
     }
 
     /// The served answer with the gateway's headers; a JSON answer's usage event leaves now, a

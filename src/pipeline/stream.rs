@@ -14,14 +14,16 @@ use crate::pipeline::answer_limit::AnswerLimit;
 use crate::pipeline::attempt::{settle_failure, signals_of};
 use crate::pipeline::report;
 use crate::pipeline::step::ClientStream;
-use crate::pipeline::timeouts::AttemptClock;
-use crate::pipeline::upstream::{self, AbortHandle, BodyReader, UpstreamResponse};
+use crate::pipeline::stream_body::{self, BodyReader};
+use crate::pipeline::timeouts::{AttemptClock, Wait};
+use crate::pipeline::upstream::{self, AbortHandle, UpstreamResponse};
 use crate::providers::{ErrorClass, StreamEnd, UpstreamError};
 use crate::support::clock::now_ms;
 use crate::usage::record::{Attempt, RequestOutcome};
 use futures::channel::oneshot;
 use limiter::protocol::UpstreamSignals;
-use worker::{Context, Env};
+use worker::wasm_bindgen::prelude::wasm_bindgen;
+use worker::{web_sys, Context, Env};
 
 /// One admitted attempt whose upstream answered 2xx, with what the request holds at its key
 /// and tenant (settled with it when the stream ends).
@@ -59,7 +61,7 @@ pub async fn start(
     let mut limit = attempt.limit;
     // One deadline for the first content: keep-alives and role-only chunks do not extend it.
     while !translator.emitted_any() {
-        let failure = match upstream::next_chunk(&body, attempt.clock.first_token(now_ms())).await {
+        let failure = match stream_body::next_chunk(&body, attempt.clock.first_token(now_ms())).await {
             Ok(Some(bytes)) => match limit.take(bytes.len()) {
                 Ok(()) => translator.feed(&bytes, &mut first),
                 Err(too_large) => Some(too_large),
@@ -219,48 +221,107 @@ impl LiveStream {
         self.end(Some(err));
     }
 
-    /// The next bytes for the client, or `None` once the stream is over.
-    async fn next_out(&mut self) -> Option<Vec<u8>> {
-        if let Some(first) = self.pending.take() {
-            return Some(first);
+    /// The client's bytes from one upstream chunk (often none: a partial event is held).
+    fn on_chunk(&mut self, bytes: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        if self.finished {
+            return out;
         }
-        while !self.finished {
-            let mut out = Vec::new();
-            let next = upstream::next_chunk(&self.body, self.clock.next_chunk(now_ms())).await;
-            // Past the route's bound the rest is not read: ended like a broken stream.
-            let next = match next {
-                Ok(Some(bytes)) => self.limit.take(bytes.len()).map(|_| Some(bytes)),
-                other => other,
-            };
-            match next {
-                Ok(Some(bytes)) => {
-                    let failed = self.translator.feed(&bytes, &mut out);
-                    self.assemble(&out);
-                    if let Some(err) = failed {
-                        self.fail(err, &mut out);
-                    }
-                }
-                Ok(None) => match self.translator.finish(&mut out) {
-                    StreamEnd::Complete => {
-                        self.assemble(&out);
-                        self.end(None)
-                    }
-                    StreamEnd::Truncated => self.fail(truncated(), &mut out),
-                },
-                Err(err) => {
-                    self.abort.abort();
-                    self.fail(err, &mut out);
-                }
-            }
-            if !out.is_empty() {
-                return Some(out);
-            }
+        // Past the route's bound the rest is not read: ended like a broken stream.
+        if let Err(too_large) = self.limit.take(bytes.len()) {
+            self.on_failure(too_large, &mut out);
+            return out;
         }
-        None
+        let failed = self.translator.feed(bytes, &mut out);
+        self.assemble(&out);
+        if let Some(err) = failed {
+            self.fail(err, &mut out);
+        }
+        out
     }
 
-    pub fn into_stream(self) -> impl futures::Stream<Item = worker::Result<Vec<u8>>> {
-        futures::stream::unfold(self, |mut s| async move { s.next_out().await.map(|out| (Ok(out), s)) })
+    /// The upstream body ended: the last bytes, or the error event of a stream cut short.
+    fn on_end(&mut self) -> Vec<u8> {
+        let mut out = Vec::new();
+        if self.finished {
+            return out;
+        }
+        match self.translator.finish(&mut out) {
+            StreamEnd::Complete => {
+                self.assemble(&out);
+                self.end(None)
+            }
+            StreamEnd::Truncated => self.fail(truncated(), &mut out),
+        }
+        out
+    }
+
+    /// Reading upstream failed or timed out: upstream is aborted and the client gets the error event.
+    fn on_failure(&mut self, err: UpstreamError, out: &mut Vec<u8>) {
+        if !self.finished {
+            self.abort.abort();
+            self.fail(err, out);
+        }
+    }
+
+    /// The client's body: the first bytes now, the rest pumped from JS through a [`StreamRelay`].
+    pub fn into_body(mut self) -> web_sys::ReadableStream {
+        let first = self.pending.take().unwrap_or_default();
+        let reader = self.body.handle();
+        stream_body::pump(&reader, StreamRelay { live: self, wait: None }, &first)
+    }
+}
+
+/// A live stream as the JS pump drives it, one synchronous call per step; dropped (`free` from
+/// JS) when the stream is over or the client left.
+#[wasm_bindgen]
+pub struct StreamRelay {
+    live: LiveStream,
+    /// The wait the pump was last given, whose expiry `expired` reports.
+    wait: Option<Wait>,
+}
+
+#[wasm_bindgen]
+impl StreamRelay {
+    /// How long the pump may wait for the next upstream chunk.
+    pub fn wait_ms(&mut self, now_ms: f64) -> f64 {
+        let wait = self.live.clock.next_chunk(now_ms as u64);
+        let ms = wait.ms as f64;
+        self.wait = Some(wait);
+        ms
+    }
+
+    /// The client's bytes from one upstream chunk.
+    pub fn chunk(&mut self, bytes: &[u8]) -> Vec<u8> {
+        self.live.on_chunk(bytes)
+    }
+
+    /// The upstream body ended.
+    pub fn end(&mut self) -> Vec<u8> {
+        self.live.on_end()
+    }
+
+    /// Reading upstream failed with `why`.
+    pub fn broke(&mut self, why: String) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.live.on_failure(stream_body::broken(&why), &mut out);
+        out
+    }
+
+    /// The wait from `wait_ms` ran out before a chunk came.
+    pub fn expired(&mut self) -> Vec<u8> {
+        let err = match &self.wait {
+            Some(wait) => wait.expired(),
+            None => stream_body::broken("no wait was set"),
+        };
+        let mut out = Vec::new();
+        self.live.on_failure(err, &mut out);
+        out
+    }
+
+    /// Whether the stream is over (the pump closes the client's body and drops the relay).
+    pub fn finished(&self) -> bool {
+        self.live.finished
     }
 }
 

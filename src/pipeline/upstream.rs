@@ -4,6 +4,7 @@
 
 use crate::http::header_map::{HeaderMap, HeaderText};
 use crate::pipeline::answer_limit::AnswerLimit;
+use crate::pipeline::stream_body::BodyReader;
 use crate::pipeline::timeouts::Wait;
 use crate::providers::{ErrorClass, UpstreamCall, UpstreamError};
 use worker::js_sys::futures::JsFuture;
@@ -106,49 +107,6 @@ export function exchange(url, headerText, body, headersMs, bodyMs, limit, stream
   });
 }
 function text_of(h) { let s = ''; for (const [k, v] of h) { s += k + '\\n' + v + '\\n'; } return s; }
-// One timer per stream rather than one per chunk: it is armed for the first read, re-armed
-// only when it fires before the waiting read's deadline (or that deadline comes sooner), and
-// cleared when the stream ends. perf: a set and a clear per chunk were about 5 % of a stream's CPU.
-const waits = new WeakMap();
-export function read_chunk(reader, ms) {
-  let w = waits.get(reader);
-  if (w === undefined) { w = { timer: undefined, fires: 0, deadline: 0, waiting: null }; waits.set(reader, w); }
-  return new Promise((resolve) => {
-    const now = Date.now();
-    w.deadline = now + ms;
-    w.waiting = resolve;
-    if (w.timer === undefined || w.fires > w.deadline) arm(w, ms, now);
-    reader.read().then(
-      ({ done, value }) => settle(w, resolve, done ? null : value, done),
-      (e) => { const s = String(e); settle(w, resolve, s === 'Error: aborted' ? null : s, true); });
-  });
-}
-function arm(w, ms, now) {
-  clearTimeout(w.timer);
-  w.fires = now + ms;
-  w.timer = setTimeout(() => expire(w), ms);
-}
-function expire(w) {
-  w.timer = undefined;
-  const resolve = w.waiting;
-  if (resolve === null) return;
-  const now = Date.now();
-  if (w.deadline > now) { arm(w, w.deadline - now, now); return; }
-  w.waiting = null;
-  resolve(undefined);
-}
-function settle(w, resolve, out, last) {
-  if (w.waiting === resolve) w.waiting = null;
-  if (last) stop(w);
-  resolve(out);
-}
-function stop(w) {
-  if (w !== undefined && w.timer !== undefined) { clearTimeout(w.timer); w.timer = undefined; }
-}
-export function cancel_reader(reader) {
-  stop(waits.get(reader));
-  try { reader.cancel().catch(() => {}); } catch (e) {}
-}
 ")]
 extern "C" {
     /// Sends the call and settles with an `Exchanged` (never rejects); a header the runtime
@@ -163,14 +121,6 @@ extern "C" {
         limit: f64,
         stream: bool,
     ) -> Result<js_sys::Promise, JsValue>;
-
-    /// The reader's next chunk (a `Uint8Array`), `null` at the end (also when the connection
-    /// was aborted under it: the translator then tells a whole stream from a cut one, as worker's
-    /// `ByteStream` did), `undefined` once `ms` passed first, or the read's error as a string;
-    /// never rejects.
-    fn read_chunk(reader: &web_sys::ReadableStreamDefaultReader, ms: f64) -> js_sys::Promise;
-    /// Cancels the stream under the reader (ends the vendor's connection); errors are ignored.
-    fn cancel_reader(reader: &web_sys::ReadableStreamDefaultReader);
 
     /// What `exchange` settled with.
     type Exchanged;
@@ -262,37 +212,7 @@ pub fn read_body(upstream: &mut UpstreamResponse) -> Result<Vec<u8>, UpstreamErr
 /// A stream's body, read chunk by chunk with `next_chunk`.
 pub fn body_stream(upstream: &mut UpstreamResponse) -> Result<BodyReader, UpstreamError> {
     let reader = upstream.reader.take();
-    reader.map(BodyReader).ok_or_else(|| failure(ErrorClass::Connection, "upstream body unreadable".into()))
-}
-
-/// A streamed body's reader; dropping it cancels the body, so a stream given up on any path
-/// (a translator error, the client gone, an early failure) closes the vendor's connection.
-pub struct BodyReader(web_sys::ReadableStreamDefaultReader);
-
-impl Drop for BodyReader {
-    fn drop(&mut self) {
-        cancel_reader(&self.0);
-    }
-}
-
-// One call and one promise per chunk, the read and its timer in JS: reading through worker's
-// `ByteStream` with a `Delay` beside it was a read promise, a timer closure and two timer calls.
-/// The next chunk of a streamed body, or the wait's expiry.
-pub async fn next_chunk(reader: &BodyReader, wait: Wait) -> Result<Option<Vec<u8>>, UpstreamError> {
-    let read = JsFuture::from(read_chunk(&reader.0, wait.ms as f64)).await.unwrap_or(JsValue::UNDEFINED);
-    if read.is_null() {
-        return Ok(None);
-    }
-    if read.is_undefined() {
-        return Err(wait.expired());
-    }
-    match read.dyn_into::<Uint8Array>() {
-        Ok(bytes) => Ok(Some(bytes.to_vec())),
-        Err(other) => {
-            let why = other.as_string().unwrap_or_else(|| "a chunk that is not bytes".into());
-            Err(failure(ErrorClass::Connection, format!("upstream stream broke: {why}")))
-        }
-    }
+    reader.map(BodyReader::new).ok_or_else(|| failure(ErrorClass::Connection, "upstream body unreadable".into()))
 }
 
 pub fn header<'a>(upstream: &'a UpstreamResponse, name: &str) -> Option<&'a str> {

@@ -1,0 +1,156 @@
+//! A streamed answer's bytes: read from the vendor chunk by chunk against a timer, and pumped to
+//! the client by a JS `ReadableStream` whose pull hands each chunk to the wasm relay
+//! (`pipeline::stream::StreamRelay`) in one synchronous call.
+
+use crate::pipeline::stream::StreamRelay;
+use crate::pipeline::timeouts::Wait;
+use crate::providers::{ErrorClass, UpstreamError};
+use worker::js_sys::futures::JsFuture;
+use worker::js_sys::{self, Uint8Array};
+use worker::wasm_bindgen::prelude::wasm_bindgen;
+use worker::wasm_bindgen::{JsCast, JsValue};
+use worker::web_sys;
+
+#[wasm_bindgen(inline_js = "
+// One timer per stream rather than one per chunk: it is armed for the first read, re-armed
+// only when it fires before the waiting read's deadline (or that deadline comes sooner), and
+// cleared when the stream ends. perf: a set and a clear per chunk were about 5 % of a stream's CPU.
+const waits = new WeakMap();
+export function read_chunk(reader, ms) {
+  let w = waits.get(reader);
+  if (w === undefined) { w = { timer: undefined, fires: 0, deadline: 0, waiting: null }; waits.set(reader, w); }
+  return new Promise((resolve) => {
+    const now = Date.now();
+    w.deadline = now + ms;
+    w.waiting = resolve;
+    if (w.timer === undefined || w.fires > w.deadline) arm(w, ms, now);
+    reader.read().then(
+      ({ done, value }) => settle(w, resolve, done ? null : value, done),
+      (e) => { const s = String(e); settle(w, resolve, s === 'Error: aborted' ? null : s, true); });
+  });
+}
+function arm(w, ms, now) {
+  clearTimeout(w.timer);
+  w.fires = now + ms;
+  w.timer = setTimeout(() => expire(w), ms);
+}
+function expire(w) {
+  w.timer = undefined;
+  const resolve = w.waiting;
+  if (resolve === null) return;
+  const now = Date.now();
+  if (w.deadline > now) { arm(w, w.deadline - now, now); return; }
+  w.waiting = null;
+  resolve(undefined);
+}
+function settle(w, resolve, out, last) {
+  if (w.waiting === resolve) w.waiting = null;
+  if (last) stop(w);
+  resolve(out);
+}
+function stop(w) {
+  if (w !== undefined && w.timer !== undefined) { clearTimeout(w.timer); w.timer = undefined; }
+}
+export function cancel_reader(reader) {
+  stop(waits.get(reader));
+  try { reader.cancel().catch(() => {}); } catch (e) {}
+}
+// The client's body, pumped in JS: a pull reads upstream and hands the chunk to the relay in one
+// synchronous call. perf: through wasm-streams each chunk was a Rust future woken through the
+// microtask queue, a promise and two closures for the read, and a pull promise from wasm.
+export function client_body(reader, relay, first) {
+  let over = false;
+  const release = () => { if (!over) { over = true; relay.free(); } };
+  return new ReadableStream({
+    start(c) { if (first.byteLength > 0) c.enqueue(first); },
+    async pull(c) {
+      try {
+        while (!over) {
+          const got = await read_chunk(reader, relay.wait_ms(Date.now()));
+          if (over) return;
+          const out = got === null ? relay.end()
+            : got === undefined ? relay.expired()
+            : got instanceof Uint8Array ? relay.chunk(got)
+            : relay.broke(typeof got === 'string' ? got : 'a chunk that is not bytes');
+          if (out.byteLength > 0) c.enqueue(out);
+          if (relay.finished()) { release(); c.close(); return; }
+          if (out.byteLength > 0) return;
+        }
+      } catch (e) { release(); c.error(e); }
+    },
+    // The client left: dropping the relay aborts upstream and reports the disconnect.
+    cancel() { release(); },
+  });
+}
+")]
+extern "C" {
+    /// The reader's next chunk (a `Uint8Array`), `null` at the end (also when the connection
+    /// was aborted under it: the translator then tells a whole stream from a cut one, as worker's
+    /// `ByteStream` did), `undefined` once `ms` passed first, or the read's error as a string;
+    /// never rejects.
+    fn read_chunk(reader: &web_sys::ReadableStreamDefaultReader, ms: f64) -> js_sys::Promise;
+    /// Cancels the stream under the reader (ends the vendor's connection); errors are ignored.
+    fn cancel_reader(reader: &web_sys::ReadableStreamDefaultReader);
+
+    /// The client's body: `first`, then what the relay makes of each upstream chunk.
+    fn client_body(
+        reader: &web_sys::ReadableStreamDefaultReader,
+        relay: StreamRelay,
+        first: Uint8Array,
+    ) -> web_sys::ReadableStream;
+}
+
+/// A streamed body's reader; dropping it cancels the body, so a stream given up on any path
+/// (a translator error, the client gone, an early failure) closes the vendor's connection.
+pub struct BodyReader(web_sys::ReadableStreamDefaultReader);
+
+impl BodyReader {
+    pub fn new(reader: web_sys::ReadableStreamDefaultReader) -> Self {
+        BodyReader(reader)
+    }
+
+    /// The reader itself, for the pump (dropping it does not cancel the body).
+    pub fn handle(&self) -> web_sys::ReadableStreamDefaultReader {
+        self.0.clone()
+    }
+}
+
+/// The client's body: `first`, then each chunk `reader` yields as `relay` translates it.
+pub fn pump(
+    reader: &web_sys::ReadableStreamDefaultReader,
+    relay: StreamRelay,
+    first: &[u8],
+) -> web_sys::ReadableStream {
+    client_body(reader, relay, Uint8Array::from(first))
+}
+
+impl Drop for BodyReader {
+    fn drop(&mut self) {
+        cancel_reader(&self.0);
+    }
+}
+
+// One call and one promise per chunk, the read and its timer in JS: reading through worker's
+// `ByteStream` with a `Delay` beside it was a read promise, a timer closure and two timer calls.
+/// The next chunk of a streamed body, or the wait's expiry.
+pub async fn next_chunk(reader: &BodyReader, wait: Wait) -> Result<Option<Vec<u8>>, UpstreamError> {
+    let read = JsFuture::from(read_chunk(&reader.0, wait.ms as f64)).await.unwrap_or(JsValue::UNDEFINED);
+    if read.is_null() {
+        return Ok(None);
+    }
+    if read.is_undefined() {
+        return Err(wait.expired());
+    }
+    match read.dyn_into::<Uint8Array>() {
+        Ok(bytes) => Ok(Some(bytes.to_vec())),
+        Err(other) => {
+            let why = other.as_string().unwrap_or_else(|| "a chunk that is not bytes".into());
+            Err(broken(&why))
+        }
+    }
+}
+
+/// A read that failed part-way (the connection, or a chunk that is not bytes).
+pub fn broken(why: &str) -> UpstreamError {
+    UpstreamError::new(ErrorClass::Connection, 0, format!("upstream stream broke: {why}"))
+}
