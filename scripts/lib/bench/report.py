@@ -35,6 +35,7 @@ TARGETS = {
     "mf_direct_responses": ("mock", "direct to the mock vendor's /v1/responses"),
     "mf_gateway_responses": ("miniflare", "gateway /v1/responses, passed through to an OpenAI deployment"),
     "mf_passthrough_stream": ("miniflare", "passthrough worker, a stream (the mock's slow stream)"),
+    "mf_relay_stream": ("miniflare", "relay worker, the same stream (each chunk read and enqueued again in JS)"),
     "mf_gateway_stream": ("miniflare", "gateway, the same stream (`bench-stream`)"),
     "mf_gateway_nolog": ("miniflare", "experiment: gateway with `console.log` stubbed out"),
     "mf_gateway_noconsumer": ("miniflare", "experiment: gateway whose usage-queue consumer only acks (no export to R2)"),
@@ -272,9 +273,11 @@ def render(results):
               f"| {ms(w[1]['p50'])} | {signed(w[1]['p50'] - pt[1]['p50'])} |")
         p("")
         sp_cpu, sg_cpu = cpu_of("mf_passthrough_stream"), cpu_of("mf_gateway_stream")
+        sr_cpu = cpu_of("mf_relay_stream")
         if sp_cpu and sg_cpu:
+            relayed = f", relay worker {sr_cpu:.3f} ms ({sr_cpu - sp_cpu:+.3f})" if sr_cpu else ""
             p(f"CPU per streamed request (c={conns}, {meta.get('stream_words')} words, one event each plus role, usage and "
-              f"`[DONE]`): passthrough {sp_cpu:.3f} ms, gateway {sg_cpu:.3f} ms ({sg_cpu - sp_cpu:+.3f}).")
+              f"`[DONE]`): passthrough {sp_cpu:.3f} ms{relayed}, gateway {sg_cpu:.3f} ms ({sg_cpu - sp_cpu:+.3f}).")
             p("")
         goals = []
         rounds = round_pairs(W, cpu_of, conns)

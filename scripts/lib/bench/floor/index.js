@@ -5,7 +5,8 @@
 //                                 response as is (the cost of one subrequest, no logic)
 //   POST /relay/<path>         -> the least a gateway does, in plain JS: reads and parses the body,
 //                                 splices the model, fetches with its own headers, reads the whole
-//                                 answer and its usage, answers with five headers of its own
+//                                 answer and its usage, answers with five headers of its own;
+//                                 a stream is relayed chunk by chunk through JS, unparsed
 // Not part of the product: it only gives the gateway's numbers something to be compared with.
 const BODY = JSON.stringify({
   id: "chatcmpl-floor",
@@ -38,7 +39,8 @@ export default {
 
 async function relay(request, env, url) {
   const body = await request.json();
-  body.model = "gpt-4o-mini";
+  // A stream keeps its model: the mock reads its pacing (delay_ms, words) from it.
+  if (!body.stream) body.model = "gpt-4o-mini";
   const target = env.MOCK_URL + url.pathname.slice("/relay".length);
   const headers = new Headers({
     "content-type": "application/json",
@@ -46,6 +48,7 @@ async function relay(request, env, url) {
     "x-client-request-id": crypto.randomUUID(),
   });
   const res = await fetch(target, { method: "POST", headers, body: JSON.stringify(body) });
+  if (body.stream) return relayStream(res);
   const answer = await res.arrayBuffer();
   const usage = JSON.parse(new TextDecoder().decode(answer)).usage;
   const out = new Headers({ "content-type": "application/json", "x-gateway-deployment": "mock" });
@@ -53,4 +56,20 @@ async function relay(request, env, url) {
   out.set("x-gateway-attempts", "1");
   out.set("x-gateway-tokens", String(usage ? usage.total_tokens : 0));
   return new Response(answer, { status: res.status, headers: out });
+}
+
+// The least any relay that looks at a stream does: each chunk read in JS and enqueued again.
+function relayStream(res) {
+  const reader = res.body.getReader();
+  const body = new ReadableStream({
+    async pull(c) {
+      const { done, value } = await reader.read();
+      if (done) c.close();
+      else c.enqueue(value);
+    },
+    cancel(why) {
+      return reader.cancel(why);
+    },
+  });
+  return new Response(body, { status: res.status, headers: { "content-type": "text/event-stream" } });
 }
