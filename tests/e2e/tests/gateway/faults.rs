@@ -122,20 +122,24 @@ fn a_stream_that_goes_quiet_past_idle_ms_ends_with_an_error_event() {
     let s = stack();
     // Two words 20 ms apart, then nothing with the connection held open; idle_ms is 600, and
     // first_token_ms (5,000) is the later deadline the stream's one timer is first armed for.
-    let body = json!({"model": "stream-stalls", "stream": true, "messages": [{"role": "user", "content": "hi"}]});
-    let started = Instant::now();
-    let r = stream(&s.url("/v1/chat/completions"), KEY, &body);
-    let took = started.elapsed();
-    assert_eq!(r.status, 200);
-    assert!(!r.text().is_empty(), "the words before the silence are delivered");
-    assert!(!r.done(), "no [DONE] after a cut");
-    let error: Value = serde_json::from_str(&r.events.last().expect("events").1).expect("the last event is JSON");
-    assert_eq!(error["error"]["code"], "upstream_stream_interrupted", "{error}");
-    assert!(error["error"]["message"].as_str().unwrap().contains("idle timeout"), "{error}");
-    // Not before the bound, and well before the first-token deadline (about 0.7 s when idle; the
-    // upper bound leaves a busy machine 2.8 s more).
-    assert!(took >= Duration::from_millis(600), "ended after {took:?}");
-    assert!(took < Duration::from_millis(3500), "ended after {took:?}");
+    // Usage asked or not: the usage chunk held back or not, the same bound.
+    for asked in [false, true] {
+        let body = json!({"model": "stream-stalls", "stream": true, "stream_options": {"include_usage": asked},
+                          "messages": [{"role": "user", "content": "hi"}]});
+        let started = Instant::now();
+        let r = stream(&s.url("/v1/chat/completions"), KEY, &body);
+        let took = started.elapsed();
+        assert_eq!(r.status, 200);
+        assert!(!r.text().is_empty(), "the words before the silence are delivered");
+        assert!(!r.done(), "no [DONE] after a cut");
+        let error: Value = serde_json::from_str(&r.events.last().expect("events").1).expect("the last event is JSON");
+        assert_eq!(error["error"]["code"], "upstream_stream_interrupted", "{asked}: {error}");
+        assert!(error["error"]["message"].as_str().unwrap().contains("idle timeout"), "{error}");
+        // Not before the bound, and well before the first-token deadline (about 0.7 s when idle; the
+        // upper bound leaves a busy machine 2.8 s more).
+        assert!(took >= Duration::from_millis(600), "{asked}: ended after {took:?}");
+        assert!(took < Duration::from_millis(3500), "{asked}: ended after {took:?}");
+    }
 }
 
 #[test]

@@ -52,17 +52,69 @@ fn stream_usage_only_when_asked() {
     }
 }
 
+/// Usage asked or not (its chunk passes, or is held back), the same ending.
 #[test]
 fn stream_cut_midway_ends_with_an_error_event() {
     let s = stack();
-    let body = json!({"model": "cut-stream", "stream": true, "messages": [{"role": "user", "content": "hi"}]});
-    let r = stream(&s.url("/v1/chat/completions"), KEY, &body);
-    assert_eq!(r.status, 200);
-    let last = &r.events.last().expect("events").1;
-    let v: serde_json::Value = serde_json::from_str(last).expect("last event is JSON");
-    assert!(v["error"]["message"].is_string(), "last event must be an error: {last}");
-    assert_eq!(v["error"]["code"], "upstream_stream_interrupted", "{last}");
-    assert!(!v["error"]["message"].as_str().unwrap().contains("could not connect"), "bytes were relayed: {last}");
-    assert!(!r.text().is_empty(), "content before the cut is delivered");
+    for asked in [false, true] {
+        let body = json!({"model": "cut-stream", "stream": true, "stream_options": {"include_usage": asked},
+                          "messages": [{"role": "user", "content": "hi"}]});
+        let r = stream(&s.url("/v1/chat/completions"), KEY, &body);
+        assert_eq!(r.status, 200);
+        let last = &r.events.last().expect("events").1;
+        let v: serde_json::Value = serde_json::from_str(last).expect("last event is JSON");
+        assert!(v["error"]["message"].is_string(), "last event must be an error: {last}");
+        assert_eq!(v["error"]["code"], "upstream_stream_interrupted", "{last}");
+        assert!(!v["error"]["message"].as_str().unwrap().contains("could not connect"), "bytes were relayed: {last}");
+        assert!(!r.text().is_empty(), "content before the cut is delivered");
+        assert!(r.chunks().len() >= 2, "{asked}: every event parses: {:?}", r.events);
+    }
     assert_eq!(s.mock_calls("e2e-fallback-cut"), 0, "no fallback after the first byte");
+}
+
+/// A client that asked for usage has nothing held back from it: the gateway's stream is the mock's
+/// own, byte for byte, once ids and times are set aside.
+#[test]
+fn a_stream_whose_client_asked_for_usage_arrives_as_the_vendor_sent_it() {
+    let s = stack();
+    let body = json!({"model": "gpt-4o-mini", "stream": true, "stream_options": {"include_usage": true},
+                      "messages": [{"role": "user", "content": "the same words twice"}]});
+    let raw = |url: &str, key: &str| {
+        let r = ureq::post(url)
+            .set("authorization", &format!("Bearer {key}"))
+            .set("content-type", "application/json")
+            .send_string(&body.to_string())
+            .expect("200");
+        without_ids(&r.into_string().expect("body"))
+    };
+    let through = raw(&s.url("/v1/chat/completions"), KEY);
+    let direct = raw(&format!("{}/v1/chat/completions", s.mock), "sk-mock-openai-local");
+    assert!(through.contains("\"usage\":{") && through.ends_with("data: [DONE]\n\n"), "{through}");
+    assert_eq!(through, direct);
+}
+
+/// The text with each `"id":"…"` and `"created":N` value emptied, and the reply's number (`" 41."`)
+/// left out: the mock makes new ones per call.
+fn without_ids(text: &str) -> String {
+    let numbered = |t: &str| t.trim_start_matches(|c: char| c.is_ascii_digit()).starts_with(".\"");
+    let mut out = text
+        .split("\"content\":\" ")
+        .map(|part| {
+            if numbered(part) {
+                part.trim_start_matches(|c: char| c.is_ascii_digit()).to_string()
+            } else {
+                part.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\"content\":\" ");
+    for (field, end) in [("\"id\":\"", '"'), ("\"created\":", ',')] {
+        let mut from = 0;
+        while let Some(at) = out[from..].find(field).map(|i| from + i + field.len()) {
+            let stop = out[at..].find(end).map_or(out.len(), |i| at + i);
+            out.replace_range(at..stop, "");
+            from = at;
+        }
+    }
+    out
 }

@@ -177,6 +177,13 @@ fn run_mix(s: &Stack) -> Vec<Expected> {
     );
     let estimate = Tokens { input: estimated_input(text), output: 40, ..Tokens::default() };
     add("disconnect", id, "slow-openai", "e2e-slow+delay_ms=150+words=6", 499, estimate, true);
+    // Usage asked: the usage chunk would have been the client's; hanging up still ends and bills it so.
+    let text = "count slowly, with usage";
+    let body = json!({"model": "slow-openai", "stream": true, "stream_options": {"include_usage": true},
+                      "max_tokens": 40, "messages": messages(text)});
+    let id = disconnect_mid_stream(s, &body);
+    let estimate = Tokens { input: estimated_input(text), output: 40, ..Tokens::default() };
+    add("disconnect", id, "slow-openai", "e2e-slow+delay_ms=150+words=6", 499, estimate, true);
 
     // A few at a time: enough to fill batches, without starving the timing-sensitive tests beside it.
     let workers: Vec<_> = (0..PLAIN_WORKERS)
@@ -377,8 +384,8 @@ fn mixed_run_yields_one_priced_event_per_request() {
     assert_eq!(t["cost_micro_usd"], total_cost, "{r}");
     assert_eq!(
         (t["estimated"].as_u64(), t["unpriced"].as_u64(), t["errors"].as_u64()),
-        (Some(2), Some(2), Some(4)),
-        "estimated: disconnect, cut; unpriced: slow-anthropic, cut; errors: error, all-failed, disconnect, cut: {r}"
+        (Some(3), Some(2), Some(5)),
+        "estimated: disconnect ×2, cut; unpriced: slow-anthropic, cut; errors: error, all-failed, disconnect ×2, cut: {r}"
     );
     let models: BTreeSet<&str> = r["rows"].as_array().unwrap().iter().filter_map(|row| row["model"].as_str()).collect();
     assert!(
