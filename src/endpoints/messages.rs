@@ -320,6 +320,10 @@ impl ClientStream for PassthroughStream {
     fn error_event(&self, err: &ApiError) -> Vec<u8> {
         PassthroughStream::error_event(self, err)
     }
+
+    fn ended(&self) -> bool {
+        PassthroughStream::ended(self)
+    }
 }
 
 impl ClientStream for OpenaiStreamToMessages {

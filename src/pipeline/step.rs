@@ -51,6 +51,11 @@ pub trait ClientStream {
     }
     /// Whether the client has been sent anything yet (until then, a failure may still fall back).
     fn emitted_any(&self) -> bool;
+    /// Whether the vendor's own end of the stream came (`[DONE]`, `message_stop`): the client's
+    /// stream may then close without waiting for the connection to end.
+    fn ended(&self) -> bool {
+        false
+    }
     /// A well-formed error event in the client's stream format.
     fn error_event(&self, err: &ApiError) -> Vec<u8> {
         providers::stream_error_event(err)
@@ -76,5 +81,9 @@ impl ClientStream for StreamTranslator {
 
     fn emitted_any(&self) -> bool {
         StreamTranslator::emitted_any(self)
+    }
+
+    fn ended(&self) -> bool {
+        StreamTranslator::ended(self)
     }
 }

@@ -226,6 +226,11 @@ impl StreamTranslator {
         }
     }
 
+    /// Whether the vendor's end of stream (`[DONE]`, `message_stop`) was translated.
+    pub fn ended(&self) -> bool {
+        self.failure.is_none() && self.flavor.done()
+    }
+
     /// Whether any byte for the client was produced; until then a failed attempt can still be retried.
     pub fn emitted_any(&self) -> bool {
         self.emitted

@@ -450,6 +450,24 @@ mod tests {
     }
 
     #[test]
+    fn ended_once_done_is_translated_whatever_the_split() {
+        let transcript = fixture!("openai_stream_tools_usage.sse");
+        let done = transcript.find("data: [DONE]").unwrap();
+        for wants_usage in [false, true] {
+            let mut t = StreamTranslator::new(&deployment("openai"), wants_usage, 0);
+            let mut out = Vec::new();
+            t.feed(&transcript.as_bytes()[..done + 12], &mut out);
+            assert!(!t.ended(), "[DONE] without its blank line");
+            t.feed(&transcript.as_bytes()[done + 12..], &mut out);
+            assert!(t.ended());
+            assert_eq!(t.finish(&mut out), StreamEnd::Complete);
+        }
+        let mut failed = StreamTranslator::new(&deployment("openai"), true, 0);
+        failed.feed(b"data: {\"error\":{\"message\":\"boom\"}}\n\ndata: [DONE]\n\n", &mut Vec::new());
+        assert!(!failed.ended());
+    }
+
+    #[test]
     fn golden_stream_usage_chunk_dropped_when_not_asked() {
         let (out, usage, _, end, _) = run(false, fixture!("openai_stream_tools_usage.sse"));
         assert_eq!(out, fixture!("openai_stream_tools_usage.no_usage.sse"));

@@ -142,6 +142,11 @@ impl PassthroughStream {
         out.extend_from_slice(bytes);
     }
 
+    /// Whether `message_stop` was relayed (after it, nothing more is).
+    pub fn ended(&self) -> bool {
+        self.done && self.started && !self.vendor_error_relayed
+    }
+
     pub fn finish(&mut self, out: &mut Vec<u8>) -> StreamEnd {
         if !self.done && !self.vendor_error_relayed {
             // A last event without its blank line still counts.
@@ -251,6 +256,28 @@ event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
             let u = s.usage().unwrap();
             assert_eq!((u.input, u.output, u.cached_read, u.cache_write), (25, 15, 2000, 100));
         }
+    }
+
+    #[test]
+    fn ended_once_message_stop_is_relayed_and_not_after_a_vendor_error() {
+        let mut s = PassthroughStream::new();
+        let mut out = Vec::new();
+        let stop = STREAM.find("event: message_stop").unwrap();
+        s.feed(&STREAM.as_bytes()[..stop], &mut out);
+        assert!(!s.ended());
+        // The event's blank line not yet in: not over.
+        s.feed(&STREAM.as_bytes()[stop..STREAM.len() - 1], &mut out);
+        assert!(!s.ended());
+        s.feed(b"\n", &mut out);
+        assert!(s.ended());
+        assert_eq!(String::from_utf8(out).unwrap(), STREAM);
+        let mut failed = PassthroughStream::new();
+        let head = STREAM.split("event: content_block_stop").next().unwrap();
+        failed.feed(head.as_bytes(), &mut Vec::new());
+        failed
+            .feed(b"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\"}}\n\n", &mut Vec::new());
+        failed.feed(b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n", &mut Vec::new());
+        assert!(!failed.ended());
     }
 
     #[test]
