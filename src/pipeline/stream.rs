@@ -276,7 +276,7 @@ impl LiveStream {
     pub fn into_body(mut self) -> web_sys::ReadableStream {
         let first = self.pending.take().unwrap_or_default();
         let reader = self.body.handle();
-        stream_body::pump(&reader, StreamRelay { live: self, wait: None }, &first)
+        stream_body::pump(&reader, StreamRelay { live: self, wait: None }.into(), &first)
     }
 }
 

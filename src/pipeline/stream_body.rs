@@ -1,8 +1,7 @@
 //! A streamed answer's bytes: read from the vendor chunk by chunk against a timer, and pumped to
 //! the client by a JS `ReadableStream` whose pull hands each chunk to the wasm relay
-//! (`pipeline::stream::StreamRelay`) in one synchronous call.
+//! (`pipeline::stream::StreamRelay`, handed over as a JS object) in one synchronous call.
 
-use crate::pipeline::stream::StreamRelay;
 use crate::pipeline::timeouts::Wait;
 use crate::providers::{ErrorClass, UpstreamError};
 use worker::js_sys::futures::JsFuture;
@@ -95,7 +94,7 @@ extern "C" {
     /// The client's body: `first`, then what the relay makes of each upstream chunk.
     fn client_body(
         reader: &web_sys::ReadableStreamDefaultReader,
-        relay: StreamRelay,
+        relay: JsValue,
         first: Uint8Array,
     ) -> web_sys::ReadableStream;
 }
@@ -115,12 +114,9 @@ impl BodyReader {
     }
 }
 
-/// The client's body: `first`, then each chunk `reader` yields as `relay` translates it.
-pub fn pump(
-    reader: &web_sys::ReadableStreamDefaultReader,
-    relay: StreamRelay,
-    first: &[u8],
-) -> web_sys::ReadableStream {
+/// The client's body: `first`, then each chunk `reader` yields as `relay` (a `StreamRelay`)
+/// translates it.
+pub fn pump(reader: &web_sys::ReadableStreamDefaultReader, relay: JsValue, first: &[u8]) -> web_sys::ReadableStream {
     client_body(reader, relay, Uint8Array::from(first))
 }
 
