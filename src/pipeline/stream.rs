@@ -95,17 +95,7 @@ pub async fn start(
     };
     ctx.wait_until(settlement.run(rx));
     let abort = up.abort;
-    Ok(LiveStream {
-        body,
-        translator,
-        clock,
-        pending: Some(first),
-        finished: false,
-        report: Some(tx),
-        abort,
-        assembler,
-        limit,
-    })
+    Ok(LiveStream { body, translator, clock, first, finished: false, report: Some(tx), abort, assembler, limit })
 }
 
 async fn early(
@@ -188,7 +178,8 @@ pub struct LiveStream {
     body: BodyReader,
     translator: Box<dyn ClientStream>,
     clock: AttemptClock,
-    pending: Option<Vec<u8>>,
+    /// The client's first bytes, read before the stream was handed to the client.
+    first: Vec<u8>,
     finished: bool,
     report: Option<oneshot::Sender<StreamReport>>,
     abort: AbortHandle,
@@ -223,15 +214,14 @@ impl LiveStream {
 
     /// The client's bytes from one upstream chunk (often none: a partial event is held).
     fn on_chunk(&mut self, bytes: &[u8]) -> Vec<u8> {
-        let mut out = Vec::new();
         if self.finished {
-            return out;
+            return Vec::new();
         }
         // Past the route's bound the rest is not read: ended like a broken stream.
         if let Err(too_large) = self.limit.take(bytes.len()) {
-            self.on_failure(too_large, &mut out);
-            return out;
+            return self.on_failure(too_large);
         }
+        let mut out = Vec::new();
         let failed = self.translator.feed(bytes, &mut out);
         self.assemble(&out);
         if let Some(err) = failed {
@@ -265,18 +255,22 @@ impl LiveStream {
     }
 
     /// Reading upstream failed or timed out: upstream is aborted and the client gets the error event.
-    fn on_failure(&mut self, err: UpstreamError, out: &mut Vec<u8>) {
+    fn on_failure(&mut self, err: UpstreamError) -> Vec<u8> {
+        let mut out = Vec::new();
         if !self.finished {
             self.abort.abort();
-            self.fail(err, out);
+            self.fail(err, &mut out);
         }
+        out
     }
 
     /// The client's body: the first bytes now, the rest pumped from JS through a [`StreamRelay`].
     pub fn into_body(mut self) -> web_sys::ReadableStream {
-        let first = self.pending.take().unwrap_or_default();
+        let first = std::mem::take(&mut self.first);
         let reader = self.body.handle();
-        stream_body::pump(&reader, StreamRelay { live: self, wait: None }.into(), &first)
+        // Replaced by the pump's first `wait_ms` before any read.
+        let wait = self.clock.next_chunk(self.clock.sent_ms());
+        stream_body::pump(&reader, StreamRelay { live: self, wait }.into(), &first)
     }
 }
 
@@ -286,7 +280,7 @@ impl LiveStream {
 pub struct StreamRelay {
     live: LiveStream,
     /// The wait the pump was last given, whose expiry `expired` reports.
-    wait: Option<Wait>,
+    wait: Wait,
 }
 
 #[wasm_bindgen]
@@ -295,7 +289,7 @@ impl StreamRelay {
     pub fn wait_ms(&mut self, now_ms: f64) -> f64 {
         let wait = self.live.clock.next_chunk(now_ms as u64);
         let ms = wait.ms as f64;
-        self.wait = Some(wait);
+        self.wait = wait;
         ms
     }
 
@@ -311,20 +305,12 @@ impl StreamRelay {
 
     /// Reading upstream failed with `why`.
     pub fn broke(&mut self, why: String) -> Vec<u8> {
-        let mut out = Vec::new();
-        self.live.on_failure(stream_body::broken(&why), &mut out);
-        out
+        self.live.on_failure(stream_body::broken(&why))
     }
 
     /// The wait from `wait_ms` ran out before a chunk came.
     pub fn expired(&mut self) -> Vec<u8> {
-        let err = match &self.wait {
-            Some(wait) => wait.expired(),
-            None => stream_body::broken("no wait was set"),
-        };
-        let mut out = Vec::new();
-        self.live.on_failure(err, &mut out);
-        out
+        self.live.on_failure(self.wait.expired())
     }
 
     /// Whether the stream is over (the pump closes the client's body and drops the relay).

@@ -3,7 +3,7 @@
 //! (`pipeline::stream::StreamRelay`, handed over as a JS object) in one synchronous call.
 
 use crate::pipeline::timeouts::Wait;
-use crate::providers::{ErrorClass, UpstreamError};
+use crate::providers::UpstreamError;
 use worker::js_sys::futures::JsFuture;
 use worker::js_sys::{self, Uint8Array};
 use worker::wasm_bindgen::prelude::wasm_bindgen;
@@ -148,5 +148,5 @@ pub async fn next_chunk(reader: &BodyReader, wait: Wait) -> Result<Option<Vec<u8
 
 /// A read that failed part-way (the connection, or a chunk that is not bytes).
 pub fn broken(why: &str) -> UpstreamError {
-    UpstreamError::new(ErrorClass::Connection, 0, format!("upstream stream broke: {why}"))
+    UpstreamError::connection(format!("upstream stream broke: {why}"))
 }
