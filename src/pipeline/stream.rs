@@ -128,6 +128,7 @@ impl Settlement {
             error: None,
             disconnected: true,
             assembled: None,
+            rest: None,
         });
         // The report is sent as the client's stream closes; a timer turn lets the runtime write
         // the last bytes before this work runs, instead of after it in the same microtask drain.
@@ -160,7 +161,12 @@ impl Settlement {
             self.scopes.settle_now(usage).await;
             report::finish_detached(outcome, &env).await;
         };
-        futures::future::join(limiter, rest).await;
+        let drain = async {
+            if let Some(body) = report.rest {
+                body.drain().await;
+            }
+        };
+        futures::future::join3(limiter, rest, drain).await;
     }
 }
 
@@ -171,6 +177,8 @@ struct StreamReport {
     disconnected: bool,
     /// The answer rebuilt for the cache, when the stream completed cleanly.
     assembled: Option<String>,
+    /// A stream that ended with the vendor's last event: what follows it, read to the end.
+    rest: Option<BodyReader>,
 }
 
 /// The client-facing half of a stream; dropping it early (client gone) aborts upstream and reports.
@@ -190,15 +198,19 @@ pub struct LiveStream {
 impl LiveStream {
     fn end(&mut self, error: Option<UpstreamError>) {
         self.finished = true;
-        let assembled = if error.is_none() { self.assembler.take().and_then(Assembler::finish) } else { None };
+        let clean = error.is_none();
+        let assembled = if clean { self.assembler.take().and_then(Assembler::finish) } else { None };
         if let Some(tx) = self.report.take() {
-            let _ = tx.send(self.report_with(error, false, assembled));
+            let mut report = self.report_with(error, false, assembled);
+            // perf: a cancelled body closes the vendor's connection; a drained one is reused.
+            report.rest = clean.then(|| self.body.hand_over());
+            let _ = tx.send(report);
         }
     }
 
     fn report_with(&self, error: Option<UpstreamError>, disconnected: bool, assembled: Option<String>) -> StreamReport {
         let (usage, usage_estimated) = (self.translator.usage(), self.translator.usage_estimated());
-        StreamReport { usage, usage_estimated, error, disconnected, assembled }
+        StreamReport { usage, usage_estimated, error, disconnected, assembled, rest: None }
     }
 
     fn assemble(&mut self, out: &[u8]) {

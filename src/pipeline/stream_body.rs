@@ -54,6 +54,22 @@ export function cancel_reader(reader) {
   stop(waits.get(reader));
   try { reader.cancel().catch(() => {}); } catch (e) {}
 }
+// Reads what follows the vendor's last event (usually only the chunked body's end) so the
+// runtime can keep the connection for the next request; cancelled past `ms` or `max` bytes.
+export function drain_reader(reader, ms, max) {
+  stop(waits.get(reader));
+  return new Promise((resolve) => {
+    let left = max;
+    const give_up = () => { cancel_reader(reader); resolve(); };
+    const timer = setTimeout(give_up, ms);
+    const next = () => reader.read().then(({ done, value }) => {
+      if (done) { clearTimeout(timer); resolve(); return; }
+      left -= value.byteLength;
+      if (left < 0) { clearTimeout(timer); give_up(); } else next();
+    }, () => { clearTimeout(timer); resolve(); });
+    next();
+  });
+}
 // The client's body, pumped in JS: a pull reads upstream and hands the chunk to the relay in one
 // synchronous call. perf: through wasm-streams each chunk was a Rust future woken through the
 // microtask queue, a promise and two closures for the read, and a pull promise from wasm.
@@ -90,6 +106,8 @@ extern "C" {
     fn read_chunk(reader: &web_sys::ReadableStreamDefaultReader, ms: f64) -> js_sys::Promise;
     /// Cancels the stream under the reader (ends the vendor's connection); errors are ignored.
     fn cancel_reader(reader: &web_sys::ReadableStreamDefaultReader);
+    /// Reads the body to its end (cancelled past `ms` or `max` bytes); never rejects.
+    fn drain_reader(reader: &web_sys::ReadableStreamDefaultReader, ms: f64, max: f64) -> js_sys::Promise;
 
     /// The client's body: `first`, then what the relay makes of each upstream chunk.
     fn client_body(
@@ -101,16 +119,37 @@ extern "C" {
 
 /// A streamed body's reader; dropping it cancels the body, so a stream given up on any path
 /// (a translator error, the client gone, an early failure) closes the vendor's connection.
-pub struct BodyReader(web_sys::ReadableStreamDefaultReader);
+pub struct BodyReader {
+    reader: web_sys::ReadableStreamDefaultReader,
+    /// False once the body was read to its end by `drain`.
+    cancel_on_drop: bool,
+}
+
+/// How long, and how many bytes, a finished stream's trailing bytes are read for.
+const DRAIN_MS: f64 = 2_000.0;
+const DRAIN_MAX_BYTES: f64 = 65_536.0;
 
 impl BodyReader {
     pub fn new(reader: web_sys::ReadableStreamDefaultReader) -> Self {
-        BodyReader(reader)
+        BodyReader { reader, cancel_on_drop: true }
     }
 
     /// The reader itself, for the pump (dropping it does not cancel the body).
     pub fn handle(&self) -> web_sys::ReadableStreamDefaultReader {
-        self.0.clone()
+        self.reader.clone()
+    }
+
+    /// Another owner of the reader, which cancels or drains it; this one then leaves it alone.
+    pub fn hand_over(&mut self) -> BodyReader {
+        self.cancel_on_drop = false;
+        BodyReader::new(self.reader.clone())
+    }
+
+    /// After the vendor's last event: the body read to its end instead of cancelled, so the
+    /// vendor's connection is reused (a cancelled one is closed: one new connection per stream).
+    pub async fn drain(mut self) {
+        self.cancel_on_drop = false;
+        let _ = JsFuture::from(drain_reader(&self.reader, DRAIN_MS, DRAIN_MAX_BYTES)).await;
     }
 }
 
@@ -122,7 +161,9 @@ pub fn pump(reader: &web_sys::ReadableStreamDefaultReader, relay: JsValue, first
 
 impl Drop for BodyReader {
     fn drop(&mut self) {
-        cancel_reader(&self.0);
+        if self.cancel_on_drop {
+            cancel_reader(&self.reader);
+        }
     }
 }
 
@@ -130,7 +171,7 @@ impl Drop for BodyReader {
 // `ByteStream` with a `Delay` beside it was a read promise, a timer closure and two timer calls.
 /// The next chunk of a streamed body, or the wait's expiry.
 pub async fn next_chunk(reader: &BodyReader, wait: Wait) -> Result<Option<Vec<u8>>, UpstreamError> {
-    let read = JsFuture::from(read_chunk(&reader.0, wait.ms as f64)).await.unwrap_or(JsValue::UNDEFINED);
+    let read = JsFuture::from(read_chunk(&reader.reader, wait.ms as f64)).await.unwrap_or(JsValue::UNDEFINED);
     if read.is_null() {
         return Ok(None);
     }

@@ -53,6 +53,10 @@ impl StreamReply {
     pub fn done(&self) -> bool {
         self.events.last().is_some_and(|(_, d)| d == "[DONE]")
     }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
 }
 
 pub fn encode(s: &str) -> String {

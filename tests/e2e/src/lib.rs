@@ -355,7 +355,11 @@ impl Stack {
     /// The upstream requests the gateway made for one of its requests (by the reply's
     /// `x-request-id`, which it sends upstream as `x-client-request-id`): only this test's calls.
     pub fn upstream_calls(&self, reply: &client::Reply) -> Vec<serde_json::Value> {
-        let id = reply.header("x-request-id").expect("reply without x-request-id");
+        self.upstream_calls_for(reply.header("x-request-id").expect("reply without x-request-id"))
+    }
+
+    /// The upstream requests the gateway made for the request with this `x-request-id`.
+    pub fn upstream_calls_for(&self, id: &str) -> Vec<serde_json::Value> {
         let url = format!("{}/_mock/calls?request_id={}", self.mock, client::encode(id));
         let v: serde_json::Value =
             serde_json::from_str(&ureq::get(&url).call().expect("mock calls").into_string().unwrap()).unwrap();

@@ -3,10 +3,11 @@
 //! the caller's correlation id (`x-client-request-id`), so a test reads only its own calls.
 
 use crate::fault::Faults;
-use crate::http::Request;
+use crate::http::{Connection, Request};
 use crate::prompt_cache::PromptCache;
 use serde_json::{json, Map, Value};
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Scripts for this model apply to requests for any model without their own.
@@ -23,6 +24,9 @@ pub struct Recorded {
     pub query: String,
     pub headers: Vec<(String, String)>,
     pub body: Arc<Vec<u8>>,
+    pub connection: Option<Arc<Connection>>,
+    /// Its place among the requests its connection carried (1-based).
+    pub on_connection: u64,
 }
 
 impl Recorded {
@@ -42,6 +46,15 @@ impl Recorded {
             "headers": headers,
             "body": body,
         });
+        // Read when asked: whether the caller still holds the connection open (kept for reuse).
+        if let Some(c) = &self.connection {
+            v["connection"] = json!({
+                "id": c.id,
+                "request": self.on_connection,
+                "requests": c.requests.load(Ordering::SeqCst),
+                "open": c.open.load(Ordering::SeqCst),
+            });
+        }
         // The bytes as received, for byte-for-byte comparisons: a string, or base64 when not UTF-8.
         match std::str::from_utf8(&self.body) {
             Ok(s) => v["body_raw"] = Value::from(s),
@@ -123,6 +136,8 @@ impl State {
             query: req.query.clone(),
             headers: req.headers.clone(),
             body: req.body.clone(),
+            connection: req.connection.clone(),
+            on_connection: req.connection.as_ref().map_or(0, |c| c.requests.load(Ordering::SeqCst)),
         });
         let mut inner = self.lock();
         inner.total += 1;
@@ -251,6 +266,20 @@ mod tests {
         assert_eq!((raw["body_raw"].clone(), raw["body_base64"].clone()), (Value::Null, json!("/wA=")));
         assert_eq!(s.last(None).unwrap().path, "/v1/b");
         assert!(s.correlated("r1").is_empty(), "requests without the header are not correlated");
+        assert!(raw.get("connection").is_none(), "no connection outside the server");
+        let mut carried = req("/v1/a");
+        let conn = Arc::new(crate::http::Connection::new(7));
+        conn.requests.store(2, Ordering::SeqCst);
+        carried.connection = Some(conn.clone());
+        s.arrive(&carried, None);
+        assert_eq!(
+            s.last(None).unwrap().to_json()["connection"],
+            json!({"id": 7, "request": 2, "requests": 2, "open": true})
+        );
+        conn.requests.store(3, Ordering::SeqCst);
+        conn.open.store(false, Ordering::SeqCst);
+        let later = s.last(None).unwrap().to_json()["connection"].clone();
+        assert_eq!(later, json!({"id": 7, "request": 2, "requests": 3, "open": false}), "read when asked");
         s.reset();
         assert_eq!(s.calls()["total"], 0);
         assert!(s.last(Some("m")).is_none());

@@ -4,6 +4,7 @@
 use crate::sse::Sse;
 use serde_json::Value;
 use std::io::{self, BufRead, Read, Write};
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 
 pub const MAX_BODY: usize = 32 * 1024 * 1024;
@@ -19,6 +20,26 @@ pub struct Request {
     pub headers: Vec<(String, String)>,
     pub body: Arc<Vec<u8>>,
     pub keep_alive: bool,
+    /// The TCP connection that carried it (set by the server; none in unit tests).
+    pub connection: Option<Arc<Connection>>,
+}
+
+/// One accepted TCP connection: a caller that keeps its connections (a pool) sends several
+/// requests over one, and one that cancels a body mid-way closes it.
+#[derive(Debug, Default)]
+pub struct Connection {
+    /// 1-based, in accept order.
+    pub id: u64,
+    /// Requests read from it so far.
+    pub requests: AtomicU64,
+    /// False once the peer closed it (or it failed).
+    pub open: AtomicBool,
+}
+
+impl Connection {
+    pub fn new(id: u64) -> Self {
+        Connection { id, requests: AtomicU64::new(0), open: AtomicBool::new(true) }
+    }
 }
 
 impl Request {

@@ -1,11 +1,12 @@
 //! Accept loop and per-connection keep-alive loop, one thread per connection.
 
 use crate::counters::State;
-use crate::http::{self, Body, ReadError, Response};
+use crate::http::{self, Body, Connection, ReadError, Response};
 use crate::router;
 use crate::sse::{self, Outcome};
 use std::io::{BufReader, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,27 +14,30 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
 
 pub fn serve(listener: TcpListener, state: Arc<State>) {
+    let mut accepted = 0;
     for conn in listener.incoming() {
         let Ok(stream) = conn else { continue };
         let state = Arc::clone(&state);
-        let spawned = std::thread::Builder::new()
-            .name("mock-conn".into())
-            .stack_size(1 << 20)
-            .spawn(move || connection(stream, &state));
+        accepted += 1;
+        let info = Arc::new(Connection::new(accepted));
+        let spawned = std::thread::Builder::new().name("mock-conn".into()).stack_size(1 << 20).spawn(move || {
+            connection(stream, &state, &info);
+            info.open.store(false, Ordering::SeqCst);
+        });
         if let Err(e) = spawned {
             eprintln!("mock-provider: cannot spawn connection thread: {e}");
         }
     }
 }
 
-fn connection(stream: TcpStream, state: &State) {
+fn connection(stream: TcpStream, state: &State, info: &Arc<Connection>) {
     let _ = stream.set_nodelay(true);
     let _ = stream.set_read_timeout(Some(IDLE_TIMEOUT));
     let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
     let Ok(mut writer) = stream.try_clone() else { return };
     let mut reader = BufReader::with_capacity(16 * 1024, stream);
     loop {
-        let req = match http::read_request(&mut reader, &mut writer) {
+        let mut req = match http::read_request(&mut reader, &mut writer) {
             Ok(req) => req,
             Err(ReadError::Closed) => return,
             Err(ReadError::TooLarge { path }) => {
@@ -47,6 +51,8 @@ fn connection(stream: TcpStream, state: &State) {
                 return;
             }
         };
+        info.requests.fetch_add(1, Ordering::SeqCst);
+        req.connection = Some(info.clone());
         let resp = router::route(state, &req);
         match send(&mut writer, resp, req.keep_alive) {
             Ok(Outcome::KeepOpen) if req.keep_alive => {}

@@ -93,6 +93,30 @@ fn a_stream_whose_client_asked_for_usage_arrives_as_the_vendor_sent_it() {
     assert_eq!(through, direct);
 }
 
+/// A stream that ends with the vendor's last event (`[DONE]`, `message_stop`) leaves the vendor's
+/// connection to the runtime's pool: its body is read to the end, not cancelled (a cancelled body
+/// closes the connection: a new one, in production a new TLS handshake, for every stream).
+#[test]
+fn a_finished_stream_leaves_the_vendor_connection_for_the_next_request() {
+    let s = stack();
+    let openai = json!({"model": "gpt-4o-mini", "stream": true, "stream_options": {"include_usage": true},
+                        "messages": [{"role": "user", "content": "keep the line"}]});
+    let anthropic = json!({"model": "claude-sonnet", "stream": true, "max_tokens": 64,
+                           "messages": [{"role": "user", "content": "keep the line"}]});
+    for (path, body) in [("/v1/chat/completions", openai), ("/v1/messages", anthropic)] {
+        let r = stream(&s.url(path), KEY, &body);
+        assert_eq!(r.status, 200, "{path}: {:?}", r.events);
+        let id = r.header("x-request-id").expect("x-request-id").to_string();
+        // A cancelled body's connection is closed at once; a generous wait for a busy machine.
+        std::thread::sleep(Duration::from_millis(500));
+        let call = s.upstream_calls_for(&id).pop().expect("the upstream call");
+        let c = &call["connection"];
+        // Open, or already carrying a later request (another test's): either way it was kept.
+        let kept = c["open"] == true || c["requests"].as_u64() > c["request"].as_u64();
+        assert!(kept, "{path}: the vendor's connection was closed after a whole stream: {c}");
+    }
+}
+
 /// The text with each `"id":"…"` and `"created":N` value emptied, and the reply's number (`" 41."`)
 /// left out: the mock makes new ones per call.
 fn without_ids(text: &str) -> String {
