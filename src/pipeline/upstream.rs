@@ -6,7 +6,7 @@ use crate::http::header_map::{HeaderMap, HeaderText};
 use crate::pipeline::answer_limit::AnswerLimit;
 use crate::pipeline::stream_body::BodyReader;
 use crate::pipeline::timeouts::Wait;
-use crate::providers::{ErrorClass, UpstreamCall, UpstreamError};
+use crate::providers::{rate_headers, ErrorClass, UpstreamCall, UpstreamError};
 use worker::js_sys::futures::JsFuture;
 use worker::js_sys::{self, Uint8Array};
 use worker::wasm_bindgen::prelude::wasm_bindgen;
@@ -17,7 +17,7 @@ use worker::web_sys;
 /// read, a stream's is still coming.
 pub struct UpstreamResponse {
     pub status: u16,
-    /// Read once: the rate-limit signals alone look up eight names.
+    /// The headers the gateway reads (`rate_headers::READ`), fetched in the one call.
     pub headers: HeaderMap,
     /// A stream's body reader, kept only for a stream.
     reader: Option<web_sys::ReadableStreamDefaultReader>,
@@ -51,7 +51,7 @@ pub const CORRELATION_HEADER: &str = "x-client-request-id";
 // timer for both waits, in JS. From wasm each of these was a promise (or a timer closure) woken
 // through the futures queue: four per JSON answer instead of one.
 #[wasm_bindgen(inline_js = "
-export function exchange(url, headerText, body, headersMs, bodyMs, limit, stream) {
+export function exchange(url, headerText, body, headersMs, bodyMs, limit, stream, read) {
   const headers = Object.create(null);
   const p = headerText.split('\\n');
   for (let i = 0; i + 1 < p.length; i += 2) headers[p[i]] = p[i + 1];
@@ -60,7 +60,7 @@ export function exchange(url, headerText, body, headersMs, bodyMs, limit, stream
   return new Promise((resolve) => {
     let got = null, done = false, timer;
     const finish = (out) => { if (!done) { done = true; clearTimeout(timer); resolve(out); } };
-    const described = (res, out) => { out.status = res.status; out.headers = text_of(res.headers); return out; };
+    const described = (res, out) => { out.status = res.status; out.headers = text_of(res.headers, read); return out; };
     const expire = () => {
       if (done) return;
       if (got === null) { done = true; ctl.abort(); resolve({ kind: 1 }); return; }
@@ -106,7 +106,14 @@ export function exchange(url, headerText, body, headersMs, bodyMs, limit, stream
     }, (e) => finish({ kind: 3, error: String(e) }));
   });
 }
-function text_of(h) { let s = ''; for (const [k, v] of h) { s += k + '\\n' + v + '\\n'; } return s; }
+// Only the names the gateway reads, split once per isolate (the list is a constant).
+let readText = '', readNames = [];
+function text_of(h, read) {
+  if (read !== readText) { readText = read; readNames = read.split('\\n'); }
+  let s = '';
+  for (const k of readNames) { const v = h.get(k); if (v !== null) s += k + '\\n' + v + '\\n'; }
+  return s;
+}
 ")]
 extern "C" {
     /// Sends the call and settles with an `Exchanged` (never rejects); a header the runtime
@@ -120,6 +127,7 @@ extern "C" {
         body_ms: f64,
         limit: f64,
         stream: bool,
+        read: &str,
     ) -> Result<js_sys::Promise, JsValue>;
 
     /// What `exchange` settled with.
@@ -172,6 +180,7 @@ pub async fn send(
         body.ms as f64,
         limit.max() as f64,
         stream,
+        rate_headers::READ,
     )
     .map_err(|e| invalid(worker::Error::from(e).to_string()))?;
     let out: Exchanged = match JsFuture::from(promise).await {

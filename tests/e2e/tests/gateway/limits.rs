@@ -99,6 +99,24 @@ fn vendor_retry_after_holds_all_traffic_until_then() {
     assert_eq!(s.mock_calls("e2e-429"), 2);
 }
 
+/// A served answer whose rate-limit headers say nothing is left pulls the deployment's bucket down:
+/// the next request is not sent to the vendor before the reset.
+#[test]
+fn vendor_remaining_requests_on_a_success_hold_the_next_request() {
+    let s = stack();
+    let url = s.url("/v1/chat/completions");
+    ureq::post(&format!("{}/_mock/faults", s.mock))
+        .send_string(
+            &json!({"model": "e2e-remaining", "fault": "remaining_requests=0,reset_ms=3000", "times": 1}).to_string(),
+        )
+        .expect("script faults");
+    let first = post(&url, KEY, &hello("vendor-remaining"));
+    assert_eq!(first.status, 200, "{}", first.body);
+    let held = post_with(&url, KEY, &hello("vendor-remaining"), NO_WAIT);
+    assert_eq!(held.error(429)["code"], "deployment_rpm", "{}", held.body);
+    assert_eq!(s.mock_calls("e2e-remaining"), 1, "held without calling the vendor");
+}
+
 #[test]
 fn vendor_retry_after_is_a_floor_for_the_retry() {
     let s = stack();
