@@ -11,6 +11,7 @@ macro_rules! fixture {
 }
 
 mod anthropic;
+mod chunk_view;
 mod error_class;
 pub mod messages_openai;
 mod openai;

@@ -1,6 +1,7 @@
 //! OpenAI and OpenAI-compatible vendors (DeepSeek, Qwen, GLM, vLLM): the request is the canonical
 //! one with a few quirks applied; responses and streams pass through, read only for usage.
 
+use super::chunk_view::ChunkView;
 use super::splice::splice_model;
 use super::{classify, endpoint, headers, read_json, ChatResult, StreamEnd, UpstreamCall, UpstreamError};
 use crate::canonical::usage::Usage;
@@ -142,16 +143,6 @@ fn reject_error_body(v: &Value, body: &[u8]) -> Result<(), UpstreamError> {
     Ok(())
 }
 
-/// A choice whose delta only announces the role: nothing a client would show yet.
-fn is_preamble(choice: &Value) -> bool {
-    choice.get("finish_reason").is_none_or(Value::is_null)
-        && choice.get("delta").and_then(Value::as_object).is_none_or(|d| {
-            d.iter().all(|(k, v)| {
-                k == "role" || v.is_null() || v.as_str() == Some("") || v.as_array().is_some_and(Vec::is_empty)
-            })
-        })
-}
-
 pub(crate) struct OpenaiStream {
     wants_usage: bool,
     /// Role-only chunks held back until real output, so a failure before it can still be retried.
@@ -175,26 +166,23 @@ impl OpenaiStream {
             return Ok(());
         }
         // A client parses every data line as a JSON object; a cut or garbled event would break it.
-        let Ok(Value::Object(chunk)) = crate::support::lone_surrogates::parse::<Value>(&ev.data, "openai stream event")
-        else {
+        let Ok(chunk) = crate::support::lone_surrogates::parse::<ChunkView>(&ev.data, "openai stream event") else {
             return Ok(());
         };
-        let choices = chunk.get("choices").and_then(Value::as_array);
-        if chunk.get("error").is_some_and(|e| !e.is_null()) && choices.is_none() {
+        if chunk.error && chunk.choices.is_none() {
             return Err(classify(ProviderKind::Openai, 0, None, ev.data.as_bytes()));
         }
-        let usage = chunk.get("usage").filter(|u| !u.is_null());
-        if let Some(u) = usage.and_then(Usage::from_openai) {
+        if let Some(u) = chunk.usage.as_ref().and_then(Usage::from_openai) {
             self.usage = Some(u);
         }
-        let choices = choices.map_or(&[][..], Vec::as_slice);
-        self.finish_seen |= choices.iter().any(|c| c.get("finish_reason").is_some_and(|f| !f.is_null()));
+        let choices = chunk.choices.as_deref().unwrap_or_default();
+        self.finish_seen |= choices.iter().any(|c| c.finished);
         // Clients that did not ask for usage may index choices[0] of the usage-only chunk.
-        if choices.is_empty() && usage.is_some() && !self.wants_usage {
+        if choices.is_empty() && chunk.usage.is_some() && !self.wants_usage {
             return Ok(());
         }
         // Azure opens with a `choices: []` chunk of prompt filter results: nothing to show either.
-        if !self.released && (choices.is_empty() || choices.iter().all(is_preamble)) {
+        if !self.released && (choices.is_empty() || choices.iter().all(|c| c.preamble)) {
             write_data(&mut self.held, &ev.data);
             return Ok(());
         }

@@ -227,7 +227,7 @@ def render(results):
     clk = meta.get("clk_tck", 100)
     W = {n: {c: wrk(results, n, c) for c in (1, conns)} for n in TARGETS}
     S = {n: load(os.path.join(results, f"stream.{n}.json")) for n in
-         ("direct", "passthrough", "gateway", "mf_passthrough", "mf_gateway")}
+         ("direct", "passthrough", "gateway", "mf_passthrough", "mf_relay", "mf_hold", "mf_gateway")}
     out = []
     p = out.append
 
@@ -302,6 +302,14 @@ def render(results):
         for label, ok, value in goals:
             p(f"- {'met' if ok else 'NOT met'}: {label} (measured {value})")
         p("")
+        sh, sr = S.get("mf_hold"), S.get("mf_relay")
+        if sp and sh and sr and sg:
+            gap = lambda x, key: f"{pct(x[key], 50) - pct(sp[key], 50):+.2f}"
+            p("Stream p50s over the passthrough's (first token / last byte, ms): the relay worker "
+              f"{gap(sr, 'ttft_ms')} / {gap(sr, 'ttlb_ms')}; the relay worker that answers only once text has come, "
+              f"as the gateway does so that a failure before any text can still fall back, {gap(sh, 'ttft_ms')} / "
+              f"{gap(sh, 'ttlb_ms')}; the gateway {gap(sg, 'ttft_ms')} / {gap(sg, 'ttlb_ms')}.")
+            p("")
 
     # ---- Headline ------------------------------------------------------------------------------
     p(f"| wrangler dev, as the issue measures it | direct | floor | gateway | gateway − floor | gateway / floor | gateway / direct | target | met |")
@@ -474,6 +482,8 @@ def render(results):
     p("|---|---|---:|---:|---:|---:|---:|")
     for name, label, harness in (("direct", "direct to the mock vendor", "—"), ("passthrough", "passthrough worker", "wrangler dev"),
                                  ("gateway", "gateway", "wrangler dev"), ("mf_passthrough", "passthrough worker", "Miniflare"),
+                                 ("mf_relay", "relay worker (each chunk read and enqueued in JS)", "Miniflare"),
+                                 ("mf_hold", "relay worker holding the answer until the first text, as the gateway does", "Miniflare"),
                                  ("mf_gateway", "gateway", "Miniflare")):
         x = S[name]
         if not x:

@@ -7,6 +7,9 @@
 //                                 splices the model, fetches with its own headers, reads the whole
 //                                 answer and its usage, answers with five headers of its own;
 //                                 a stream is relayed chunk by chunk through JS, unparsed
+//   POST /hold/<path>          -> /relay/'s stream, but answered only once a chunk with text has
+//                                 come (as the gateway does, so that a failure before any text can
+//                                 still fall back): what holding costs in plain JS
 // Not part of the product: it only gives the gateway's numbers something to be compared with.
 const BODY = JSON.stringify({
   id: "chatcmpl-floor",
@@ -31,24 +34,25 @@ export default {
       const target = env.MOCK_URL + url.pathname.slice("/passthrough".length) + url.search;
       return fetch(target, { method: request.method, headers: request.headers, body: request.body });
     }
-    if (url.pathname.startsWith("/relay/")) return relay(request, env, url);
+    if (url.pathname.startsWith("/relay/")) return relay(request, env, url, "/relay");
+    if (url.pathname.startsWith("/hold/")) return relay(request, env, url, "/hold");
     await request.arrayBuffer();
     return new Response(BODY, { headers: HEADERS });
   },
 };
 
-async function relay(request, env, url) {
+async function relay(request, env, url, prefix) {
   const body = await request.json();
   // A stream keeps its model: the mock reads its pacing (delay_ms, words) from it.
   if (!body.stream) body.model = "gpt-4o-mini";
-  const target = env.MOCK_URL + url.pathname.slice("/relay".length);
+  const target = env.MOCK_URL + url.pathname.slice(prefix.length);
   const headers = new Headers({
     "content-type": "application/json",
     authorization: request.headers.get("authorization"),
     "x-client-request-id": crypto.randomUUID(),
   });
   const res = await fetch(target, { method: "POST", headers, body: JSON.stringify(body) });
-  if (body.stream) return relayStream(res);
+  if (body.stream) return prefix === "/hold" ? holdStream(res) : relayStream(res);
   const answer = await res.arrayBuffer();
   const usage = JSON.parse(new TextDecoder().decode(answer)).usage;
   const out = new Headers({ "content-type": "application/json", "x-gateway-deployment": "mock" });
@@ -62,6 +66,35 @@ async function relay(request, env, url) {
 function relayStream(res) {
   const reader = res.body.getReader();
   const body = new ReadableStream({
+    async pull(c) {
+      const { done, value } = await reader.read();
+      if (done) c.close();
+      else c.enqueue(value);
+    },
+    cancel(why) {
+      return reader.cancel(why);
+    },
+  });
+  return new Response(body, { status: res.status, headers: { "content-type": "text/event-stream" } });
+}
+
+const TEXT = /"content":\s*"[^"]/;
+
+// The same relay, answered only when a chunk with text has come; the chunks before it go first.
+async function holdStream(res) {
+  const reader = res.body.getReader();
+  const held = [];
+  const text = new TextDecoder();
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    held.push(value);
+    if (TEXT.test(text.decode(value, { stream: true }))) break;
+  }
+  const body = new ReadableStream({
+    start(c) {
+      for (const chunk of held) c.enqueue(chunk);
+    },
     async pull(c) {
       const { done, value } = await reader.read();
       if (done) c.close();

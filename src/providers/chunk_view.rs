@@ -1,0 +1,310 @@
+//! What the stream relay reads of an OpenAI chat chunk, and nothing more: whether it carries an
+//! error, its usage, whether any choice finished, and whether every choice is only a preamble
+//! (role, empty content). The rest of the chunk is skipped, though still checked as JSON, instead
+//! of built into a `Value` tree. perf: the tree (a map per object, a string per value) was most of
+//! the wasm time per streamed chunk.
+
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use serde_json::Value;
+use std::fmt;
+
+/// The scalar visits of a visitor that treats every scalar alike (null, booleans, numbers,
+/// strings) as `$out`.
+macro_rules! scalars {
+    ($out:expr) => {
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok($out)
+        }
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok($out)
+        }
+        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+            Ok($out)
+        }
+        fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+            Ok($out)
+        }
+        fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+            Ok($out)
+        }
+        fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+            Ok($out)
+        }
+        fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+            Ok($out)
+        }
+    };
+}
+
+/// A chunk as the relay sees it; only a JSON object is one.
+#[derive(Debug, Default, PartialEq)]
+pub struct ChunkView {
+    /// `choices` when it is an array (anything else counts as no `choices`).
+    pub choices: Option<Vec<ChoiceView>>,
+    /// An `error` member that is not null.
+    pub error: bool,
+    /// A `usage` member that is not null.
+    pub usage: Option<Value>,
+}
+
+/// One choice: whether it finished, and whether it is only a preamble (role or empty fields).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChoiceView {
+    pub finished: bool,
+    pub preamble: bool,
+}
+
+impl<'de> Deserialize<'de> for ChunkView {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(ChunkVisitor)
+    }
+}
+
+struct ChunkVisitor;
+
+impl<'de> Visitor<'de> for ChunkVisitor {
+    type Value = ChunkView;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a chat completion chunk object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ChunkView, A::Error> {
+        let mut view = ChunkView::default();
+        // A repeated member: the last one counts, as in a `Value`.
+        while let Some(key) = map.next_key::<KeyName>()? {
+            match key {
+                KeyName::Choices => view.choices = map.next_value::<Choices>()?.0,
+                KeyName::Error => view.error = map.next_value::<NonNull>()?.0,
+                KeyName::Usage => view.usage = map.next_value::<Option<Value>>()?,
+                KeyName::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(view)
+    }
+}
+
+enum KeyName {
+    Choices,
+    Error,
+    Usage,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for KeyName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = KeyName;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a member name")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<KeyName, E> {
+                Ok(match s {
+                    "choices" => KeyName::Choices,
+                    "error" => KeyName::Error,
+                    "usage" => KeyName::Usage,
+                    _ => KeyName::Other,
+                })
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// Any value; true unless it is null.
+struct NonNull(bool);
+
+impl<'de> Deserialize<'de> for NonNull {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let value: Option<IgnoredAny> = Deserialize::deserialize(d)?;
+        Ok(NonNull(value.is_some()))
+    }
+}
+
+/// `choices`: the array's choices, or `None` for any other value.
+struct Choices(Option<Vec<ChoiceView>>);
+
+impl<'de> Deserialize<'de> for Choices {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Choices;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any value")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Choices, A::Error> {
+                let mut out = Vec::new();
+                while let Some(choice) = seq.next_element::<ChoiceView>()? {
+                    out.push(choice);
+                }
+                Ok(Choices(Some(out)))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Choices, A::Error> {
+                IgnoredAny.visit_map(map).map(|_| Choices(None))
+            }
+            scalars!(Choices(None));
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl<'de> Deserialize<'de> for ChoiceView {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = ChoiceView;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any value")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ChoiceView, A::Error> {
+                let (mut finish, mut delta_empty) = (false, true);
+                while let Some(key) = map.next_key::<ChoiceKey>()? {
+                    match key {
+                        ChoiceKey::FinishReason => finish = map.next_value::<NonNull>()?.0,
+                        ChoiceKey::Delta => delta_empty = map.next_value::<Delta>()?.0,
+                        ChoiceKey::Other => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(ChoiceView { finished: finish, preamble: !finish && delta_empty })
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<ChoiceView, A::Error> {
+                IgnoredAny.visit_seq(seq).map(|_| NOT_AN_OBJECT)
+            }
+            scalars!(NOT_AN_OBJECT);
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A choice that is not an object: nothing finished, nothing shown.
+const NOT_AN_OBJECT: ChoiceView = ChoiceView { finished: false, preamble: true };
+
+enum ChoiceKey {
+    FinishReason,
+    Delta,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for ChoiceKey {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = ChoiceKey;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a member name")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<ChoiceKey, E> {
+                Ok(match s {
+                    "finish_reason" => ChoiceKey::FinishReason,
+                    "delta" => ChoiceKey::Delta,
+                    _ => ChoiceKey::Other,
+                })
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// `delta`: true when it shows nothing (every member is `role`, null, `""` or `[]`), or when it
+/// is not an object at all. (A member named twice counts twice, where a `Value` keeps the last.)
+struct Delta(bool);
+
+impl<'de> Deserialize<'de> for Delta {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Delta;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any value")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Delta, A::Error> {
+                let mut empty = true;
+                while let Some(key) = map.next_key::<RoleKey>()? {
+                    let blank = map.next_value::<Blank>()?.0;
+                    empty &= key.0 || blank;
+                }
+                Ok(Delta(empty))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Delta, A::Error> {
+                IgnoredAny.visit_seq(seq).map(|_| Delta(true))
+            }
+            scalars!(Delta(true));
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Whether a member's name is `role`.
+struct RoleKey(bool);
+
+impl<'de> Deserialize<'de> for RoleKey {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = RoleKey;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a member name")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<RoleKey, E> {
+                Ok(RoleKey(s == "role"))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// Whether a value shows nothing: null, `""` or `[]`.
+struct Blank(bool);
+
+impl<'de> Deserialize<'de> for Blank {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Blank;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any value")
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Blank, E> {
+                Ok(Blank(true))
+            }
+            fn visit_none<E: de::Error>(self) -> Result<Blank, E> {
+                Ok(Blank(true))
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Blank, E> {
+                Ok(Blank(s.is_empty()))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Blank, A::Error> {
+                let mut empty = true;
+                while seq.next_element::<IgnoredAny>()?.is_some() {
+                    empty = false;
+                }
+                Ok(Blank(empty))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Blank, A::Error> {
+                IgnoredAny.visit_map(map).map(|_| Blank(false))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Blank, E> {
+                Ok(Blank(false))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Blank, E> {
+                Ok(Blank(false))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Blank, E> {
+                Ok(Blank(false))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Blank, E> {
+                Ok(Blank(false))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+#[cfg(test)]
+mod tests;
