@@ -1,8 +1,8 @@
 //! What the stream relay reads of an OpenAI chat chunk, and nothing more: whether it carries an
 //! error, its usage, whether any choice finished, and whether every choice is only a preamble
 //! (role, empty content). The rest of the chunk is skipped, though still checked as JSON, instead
-//! of built into a `Value` tree. perf: the tree (a map per object, a string per value) was most of
-//! the wasm time per streamed chunk.
+//! of built into a `Value` tree. perf: building and dropping the tree (a map per object, a string
+//! per value) was about a third of the wasm samples per streamed chunk.
 
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
