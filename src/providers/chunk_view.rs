@@ -73,12 +73,12 @@ impl<'de> Visitor<'de> for ChunkVisitor {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ChunkView, A::Error> {
         let mut view = ChunkView::default();
         // A repeated member: the last one counts, as in a `Value`.
-        while let Some(key) = map.next_key::<KeyName>()? {
+        while let Some(key) = map.next_key::<Name>()? {
             match key {
-                KeyName::Choices => view.choices = map.next_value::<Choices>()?.0,
-                KeyName::Error => view.error = map.next_value::<NonNull>()?.0,
-                KeyName::Usage => view.usage = map.next_value::<Option<Value>>()?,
-                KeyName::Other => {
+                Name::Choices => view.choices = map.next_value::<Choices>()?.0,
+                Name::Error => view.error = map.next_value::<NonNull>()?.0,
+                Name::Usage => view.usage = map.next_value::<Option<Value>>()?,
+                _ => {
                     map.next_value::<IgnoredAny>()?;
                 }
             }
@@ -87,27 +87,34 @@ impl<'de> Visitor<'de> for ChunkVisitor {
     }
 }
 
-enum KeyName {
+/// A member name the view looks for (at any level), or another.
+enum Name {
     Choices,
     Error,
     Usage,
+    FinishReason,
+    Delta,
+    Role,
     Other,
 }
 
-impl<'de> Deserialize<'de> for KeyName {
+impl<'de> Deserialize<'de> for Name {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
         impl Visitor<'_> for V {
-            type Value = KeyName;
+            type Value = Name;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str("a member name")
             }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<KeyName, E> {
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Name, E> {
                 Ok(match s {
-                    "choices" => KeyName::Choices,
-                    "error" => KeyName::Error,
-                    "usage" => KeyName::Usage,
-                    _ => KeyName::Other,
+                    "choices" => Name::Choices,
+                    "error" => Name::Error,
+                    "usage" => Name::Usage,
+                    "finish_reason" => Name::FinishReason,
+                    "delta" => Name::Delta,
+                    "role" => Name::Role,
+                    _ => Name::Other,
                 })
             }
         }
@@ -162,11 +169,11 @@ impl<'de> Deserialize<'de> for ChoiceView {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ChoiceView, A::Error> {
                 let (mut finish, mut delta_empty) = (false, true);
-                while let Some(key) = map.next_key::<ChoiceKey>()? {
+                while let Some(key) = map.next_key::<Name>()? {
                     match key {
-                        ChoiceKey::FinishReason => finish = map.next_value::<NonNull>()?.0,
-                        ChoiceKey::Delta => delta_empty = map.next_value::<Delta>()?.0,
-                        ChoiceKey::Other => {
+                        Name::FinishReason => finish = map.next_value::<NonNull>()?.0,
+                        Name::Delta => delta_empty = map.next_value::<Delta>()?.0,
+                        _ => {
                             map.next_value::<IgnoredAny>()?;
                         }
                     }
@@ -185,32 +192,6 @@ impl<'de> Deserialize<'de> for ChoiceView {
 /// A choice that is not an object: nothing finished, nothing shown.
 const NOT_AN_OBJECT: ChoiceView = ChoiceView { finished: false, preamble: true };
 
-enum ChoiceKey {
-    FinishReason,
-    Delta,
-    Other,
-}
-
-impl<'de> Deserialize<'de> for ChoiceKey {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = ChoiceKey;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a member name")
-            }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<ChoiceKey, E> {
-                Ok(match s {
-                    "finish_reason" => ChoiceKey::FinishReason,
-                    "delta" => ChoiceKey::Delta,
-                    _ => ChoiceKey::Other,
-                })
-            }
-        }
-        d.deserialize_str(V)
-    }
-}
-
 /// `delta`: true when it shows nothing (every member is `role`, null, `""` or `[]`), or when it
 /// is not an object at all. (A member named twice counts twice, where a `Value` keeps the last.)
 struct Delta(bool);
@@ -225,9 +206,9 @@ impl<'de> Deserialize<'de> for Delta {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Delta, A::Error> {
                 let mut empty = true;
-                while let Some(key) = map.next_key::<RoleKey>()? {
+                while let Some(key) = map.next_key::<Name>()? {
                     let blank = map.next_value::<Blank>()?.0;
-                    empty &= key.0 || blank;
+                    empty &= matches!(key, Name::Role) || blank;
                 }
                 Ok(Delta(empty))
             }
@@ -237,25 +218,6 @@ impl<'de> Deserialize<'de> for Delta {
             scalars!(Delta(true));
         }
         d.deserialize_any(V)
-    }
-}
-
-/// Whether a member's name is `role`.
-struct RoleKey(bool);
-
-impl<'de> Deserialize<'de> for RoleKey {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = RoleKey;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a member name")
-            }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<RoleKey, E> {
-                Ok(RoleKey(s == "role"))
-            }
-        }
-        d.deserialize_str(V)
     }
 }
 

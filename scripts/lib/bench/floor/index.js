@@ -62,10 +62,13 @@ async function relay(request, env, url, prefix) {
   return new Response(answer, { status: res.status, headers: out });
 }
 
-// The least any relay that looks at a stream does: each chunk read in JS and enqueued again.
-function relayStream(res) {
-  const reader = res.body.getReader();
+// The least any relay that looks at a stream does: each chunk read in JS and enqueued again
+// (after `held`, the chunks a holding relay read before answering).
+function relayStream(res, reader = res.body.getReader(), held = []) {
   const body = new ReadableStream({
+    start(c) {
+      for (const chunk of held) c.enqueue(chunk);
+    },
     async pull(c) {
       const { done, value } = await reader.read();
       if (done) c.close();
@@ -91,18 +94,5 @@ async function holdStream(res) {
     held.push(value);
     if (TEXT.test(text.decode(value, { stream: true }))) break;
   }
-  const body = new ReadableStream({
-    start(c) {
-      for (const chunk of held) c.enqueue(chunk);
-    },
-    async pull(c) {
-      const { done, value } = await reader.read();
-      if (done) c.close();
-      else c.enqueue(value);
-    },
-    cancel(why) {
-      return reader.cancel(why);
-    },
-  });
-  return new Response(body, { status: res.status, headers: { "content-type": "text/event-stream" } });
+  return relayStream(res, reader, held);
 }
