@@ -56,19 +56,14 @@ export function cancel_reader(reader) {
 }
 // Reads what follows the vendor's last event (usually only the chunked body's end) so the
 // runtime can keep the connection for the next request; cancelled past `ms` or `max` bytes.
-export function drain_reader(reader, ms, max) {
-  stop(waits.get(reader));
-  return new Promise((resolve) => {
-    let left = max;
-    const give_up = () => { cancel_reader(reader); resolve(); };
-    const timer = setTimeout(give_up, ms);
-    const next = () => reader.read().then(({ done, value }) => {
-      if (done) { clearTimeout(timer); resolve(); return; }
-      left -= value.byteLength;
-      if (left < 0) { clearTimeout(timer); give_up(); } else next();
-    }, () => { clearTimeout(timer); resolve(); });
-    next();
-  });
+export async function drain_reader(reader, ms, max) {
+  const deadline = Date.now() + ms;
+  let left = max;
+  for (;;) {
+    const got = await read_chunk(reader, Math.max(0, deadline - Date.now()));
+    if (got === null) return;
+    if (!(got instanceof Uint8Array) || (left -= got.byteLength) < 0) { cancel_reader(reader); return; }
+  }
 }
 // The client's body, pumped in JS: a pull reads upstream and hands the chunk to the relay in one
 // synchronous call. perf: through wasm-streams each chunk was a Rust future woken through the

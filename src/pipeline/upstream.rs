@@ -106,7 +106,7 @@ export function exchange(url, headerText, body, headersMs, bodyMs, limit, stream
     }, (e) => finish({ kind: 3, error: String(e) }));
   });
 }
-// Only the names the gateway reads, split once per isolate (the list is a constant).
+// Only the names the gateway reads, split once per isolate (the list is one string object).
 let readText = '', readNames = [];
 function text_of(h, read) {
   if (read !== readText) { readText = read; readNames = read.split('\\n'); }
@@ -127,7 +127,7 @@ extern "C" {
         body_ms: f64,
         limit: f64,
         stream: bool,
-        read: &str,
+        read: &JsValue,
     ) -> Result<js_sys::Promise, JsValue>;
 
     /// What `exchange` settled with.
@@ -152,6 +152,11 @@ extern "C" {
     fn abort(this: &Exchanged) -> Option<web_sys::AbortController>;
 }
 
+thread_local! {
+    /// The vendor headers to hand over, made a JS string once per isolate instead of per call.
+    static READ_NAMES: JsValue = JsValue::from_str(rate_headers::READ);
+}
+
 /// Sends the call and, unless it is a stream being answered, reads its whole body: fails with
 /// `headers`' expiry if no response headers arrive within it; a body that does not arrive within
 /// `body`'s wait, or grows past `limit`, is aborted and kept as the answer's failure. A body over
@@ -172,17 +177,20 @@ pub async fn send(
     for (name, value) in &call.headers {
         text.add(name, value).map_err(invalid)?;
     }
-    let promise = exchange(
-        &call.url,
-        text.as_str(),
-        call.body.as_bytes(),
-        headers.ms as f64,
-        body.ms as f64,
-        limit.max() as f64,
-        stream,
-        rate_headers::READ,
-    )
-    .map_err(|e| invalid(worker::Error::from(e).to_string()))?;
+    let promise = READ_NAMES
+        .with(|read| {
+            exchange(
+                &call.url,
+                text.as_str(),
+                call.body.as_bytes(),
+                headers.ms as f64,
+                body.ms as f64,
+                limit.max() as f64,
+                stream,
+                read,
+            )
+        })
+        .map_err(|e| invalid(worker::Error::from(e).to_string()))?;
     let out: Exchanged = match JsFuture::from(promise).await {
         Ok(value) => value.unchecked_into(),
         Err(e) => {
