@@ -36,6 +36,7 @@ TARGETS = {
     "mf_gateway_responses": ("miniflare", "gateway /v1/responses, passed through to an OpenAI deployment"),
     "mf_passthrough_stream": ("miniflare", "passthrough worker, a stream (the mock's slow stream)"),
     "mf_relay_stream": ("miniflare", "relay worker, the same stream (each chunk read and enqueued again in JS)"),
+    "mf_native_stream": ("miniflare", "relay worker, the same stream written into a native (identity) stream"),
     "mf_gateway_stream": ("miniflare", "gateway, the same stream (`bench-stream`)"),
     "mf_gateway_nolog": ("miniflare", "experiment: gateway with `console.log` stubbed out"),
     "mf_gateway_noconsumer": ("miniflare", "experiment: gateway whose usage-queue consumer only acks (no export to R2)"),
@@ -227,7 +228,7 @@ def render(results):
     clk = meta.get("clk_tck", 100)
     W = {n: {c: wrk(results, n, c) for c in (1, conns)} for n in TARGETS}
     S = {n: load(os.path.join(results, f"stream.{n}.json")) for n in
-         ("direct", "passthrough", "gateway", "mf_passthrough", "mf_relay", "mf_hold", "mf_gateway")}
+         ("direct", "passthrough", "gateway", "mf_passthrough", "mf_relay", "mf_hold", "mf_native", "mf_gateway")}
     out = []
     p = out.append
 
@@ -273,9 +274,10 @@ def render(results):
               f"| {ms(w[1]['p50'])} | {signed(w[1]['p50'] - pt[1]['p50'])} |")
         p("")
         sp_cpu, sg_cpu = cpu_of("mf_passthrough_stream"), cpu_of("mf_gateway_stream")
-        sr_cpu = cpu_of("mf_relay_stream")
+        sr_cpu, sn_cpu = cpu_of("mf_relay_stream"), cpu_of("mf_native_stream")
         if sp_cpu and sg_cpu:
             relayed = f", relay worker {sr_cpu:.3f} ms ({sr_cpu - sp_cpu:+.3f})" if sr_cpu else ""
+            relayed += f", relay worker into a native stream {sn_cpu:.3f} ms ({sn_cpu - sp_cpu:+.3f})" if sn_cpu else ""
             p(f"CPU per streamed request (c={conns}, {meta.get('stream_words')} words, one event each plus role, usage and "
               f"`[DONE]`): passthrough {sp_cpu:.3f} ms{relayed}, gateway {sg_cpu:.3f} ms ({sg_cpu - sp_cpu:+.3f}).")
             p("")
@@ -484,6 +486,7 @@ def render(results):
                                  ("gateway", "gateway", "wrangler dev"), ("mf_passthrough", "passthrough worker", "Miniflare"),
                                  ("mf_relay", "relay worker (each chunk read and enqueued in JS)", "Miniflare"),
                                  ("mf_hold", "relay worker holding the answer until the first text, as the gateway does", "Miniflare"),
+                                 ("mf_native", "relay worker writing each chunk into a native (identity) stream", "Miniflare"),
                                  ("mf_gateway", "gateway", "Miniflare")):
         x = S[name]
         if not x:

@@ -10,6 +10,8 @@
 //   POST /hold/<path>          -> /relay/'s stream, but answered only once a chunk with text has
 //                                 come (as the gateway does, so that a failure before any text can
 //                                 still fall back): what holding costs in plain JS
+//   POST /native/<path>        -> /relay/'s stream written into the runtime's IdentityTransformStream
+//                                 instead of enqueued in a JS ReadableStream (what the gateway does)
 // Not part of the product: it only gives the gateway's numbers something to be compared with.
 const BODY = JSON.stringify({
   id: "chatcmpl-floor",
@@ -36,6 +38,7 @@ export default {
     }
     if (url.pathname.startsWith("/relay/")) return relay(request, env, url, "/relay");
     if (url.pathname.startsWith("/hold/")) return relay(request, env, url, "/hold");
+    if (url.pathname.startsWith("/native/")) return relay(request, env, url, "/native");
     await request.arrayBuffer();
     return new Response(BODY, { headers: HEADERS });
   },
@@ -52,6 +55,7 @@ async function relay(request, env, url, prefix) {
     "x-client-request-id": crypto.randomUUID(),
   });
   const res = await fetch(target, { method: "POST", headers, body: JSON.stringify(body) });
+  if (body.stream && prefix === "/native") return nativeStream(res);
   if (body.stream) return prefix === "/hold" ? holdStream(res) : relayStream(res);
   const answer = await res.arrayBuffer();
   const usage = JSON.parse(new TextDecoder().decode(answer)).usage;
@@ -79,6 +83,27 @@ function relayStream(res, reader = res.body.getReader(), held = []) {
     },
   });
   return new Response(body, { status: res.status, headers: { "content-type": "text/event-stream" } });
+}
+
+// The same, each chunk read in JS and written into a native stream the runtime sends without
+// calling back into JS; a write waits until the client took the chunk before.
+function nativeStream(res) {
+  const reader = res.body.getReader();
+  const { readable, writable } = new IdentityTransformStream();
+  const writer = writable.getWriter();
+  (async () => {
+    try {
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) return await writer.close();
+        await writer.write(value);
+      }
+    } catch (e) {
+      writer.abort(e).catch(() => {});
+      reader.cancel(e).catch(() => {});
+    }
+  })();
+  return new Response(readable, { status: res.status, headers: { "content-type": "text/event-stream" } });
 }
 
 const TEXT = /"content":\s*"[^"]/;
