@@ -47,6 +47,8 @@ for _round in range(1, 10):
     TARGETS[f"mf_gateway_r{_round}"] = ("miniflare", f"gateway, model without limits (BENCH_COMPARE: this build, round {_round})")
     TARGETS[f"mf_compare_r{_round}"] = ("miniflare", f"gateway, model without limits (BENCH_COMPARE: the other build, round {_round})")
     TARGETS[f"mf_passthrough_r{_round}"] = ("miniflare", f"passthrough worker (round {_round})")
+    TARGETS[f"mf_gateway_noconsumer_r{_round}"] = ("miniflare", f"experiment: consumer only acks (round {_round})")
+    TARGETS[f"mf_gateway_nolog_noqueue_r{_round}"] = ("miniflare", f"experiment: queue `send` and `console.log` stubbed (round {_round})")
     TARGETS[f"mf_gateway_stream_r{_round}"] = ("miniflare", f"gateway, a stream (BENCH_COMPARE: this build, round {_round})")
     TARGETS[f"mf_compare_stream_r{_round}"] = ("miniflare", f"gateway, a stream (BENCH_COMPARE: the other build, round {_round})")
 HARNESS = {"mock": "—", "floor": "wrangler dev", "gateway": "wrangler dev", "floor_ni": "wrangler dev, inspector detached ²",
@@ -114,11 +116,32 @@ def round_pairs(W, cpu_of, conns):
     return out
 
 
+def experiment_rounds(cpu_of):
+    """The gateway and its two usage-pipeline experiments, CPU ms per request, in each round."""
+    out = []
+    for i in range(1, 10):
+        sfx = "" if i == 1 else f"_r{i}"
+        row = {k: cpu_of(f"mf_gateway{n}{sfx}") for k, n in (("gw", ""), ("noconsumer", "_noconsumer"), ("noqueue", "_nolog_noqueue"))}
+        if all(row.values()):
+            out.append(row)
+    return out
+
+
+def warmup_requests(results, name, conns):
+    """The requests of the warm-up before a timed run (its CPU is read from before the warm-up)."""
+    try:
+        with open(os.path.join(results, f"{name}.c{conns}.warmup.out")) as f:
+            return int(f.read().split()[0])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
 def cpu_per_request(results, name, conns, clk):
     session = TARGETS[name][0]
     w = wrk(results, name, conns)
     if not w or not w["req"]:
         return None
+    w = dict(w, req=w["req"] + warmup_requests(results, name, conns))
     tag = f"{name}.c{conns}"
     out = {"runtime": 0.0, "proxy": 0.0, "node": 0.0, "other": 0.0}
     if session != "mock":
@@ -447,7 +470,9 @@ def render(results):
 
     # ---- Every target --------------------------------------------------------------------------
     p("**Every target** (latency in ms; CPU = CPU time per request on the gateway's core, from `/proc/<pid>/stat` "
-      f"before and after the c={conns} run, split by process; errors = socket errors + non-2xx over both runs):")
+      f"from before the c={conns} run's {meta.get('warmup_s', 1)} s warm-up to after the run (a gateway's: {meta.get('settle_s', 0)} s after, so "
+      "its usage events' export is counted with it), over both's requests, split by process; errors = socket errors + "
+      "non-2xx over both runs):")
     p("")
     p(f"| target | harness | c=1 p50 | c=1 p90 | c=1 p99 | c={conns} req/s | c={conns} p50 | c={conns} p99 | CPU ms/req: runtime | dev proxy | node | mock | errors |")
     p("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -466,17 +491,21 @@ def render(results):
     p("² `VSCODE_INSPECTOR_OPTIONS` set, which makes wrangler 4.86 leave its inspector proxy unattached to the runtime "
       "(it thinks VS Code's debugger owns it): the same `wrangler dev` otherwise.")
     p("")
-    base, nolog, noq = (W.get(n, {}).get(conns) for n in ("mf_gateway", "mf_gateway_nolog", "mf_gateway_nolog_noqueue"))
-    if base and nolog:
-        line = (f"The two experiments patch the copied bundle's JS glue (nothing else changes): without the per-request "
-                f"`console.log` the gateway serves {rps(nolog['rps'])} req/s at c={conns} ({nolog['rps'] / base['rps'] - 1:+.0%} over "
-                f"{rps(base['rps'])})")
-        b1, n1 = W["mf_gateway"][1], W["mf_gateway_nolog"][1]
-        if b1 and n1:
-            line += f" and c=1 p50 moves {signed(n1['p50'] - b1['p50'])} ms"
-        if noq:
-            line += (f"; without the usage queue's `send` as well, {rps(noq['rps'])} req/s ({noq['rps'] / base['rps'] - 1:+.0%})")
-        p(line + ".")
+    exp = experiment_rounds(lambda name: runtime_cpu(results, W, name, conns, clk))
+    if exp:
+        p("**The usage pipeline's share** (the experiments patch the copied bundle's JS glue, nothing else changes; measured "
+          "in the same alternating rounds as the gateway, CPU ms per request at "
+          f"c={conns}; under Miniflare the queue's broker and R2 run in the gateway's own process, in production elsewhere):")
+        p("")
+        p("| round | gateway | consumer only acks | queue `send` (and `console.log`) stubbed | export: consumer + R2 | whole pipeline: send, broker, consumer, R2 |")
+        p("|---:|---:|---:|---:|---:|---:|")
+        for i, r in enumerate(exp, 1):
+            p(f"| {i} | {r['gw']:.3f} | {r['noconsumer']:.3f} | {r['noqueue']:.3f} | {r['gw'] - r['noconsumer']:+.3f} | "
+              f"{r['gw'] - r['noqueue']:+.3f} |")
+        med = lambda f: statistics.median(f(r) for r in exp)
+        p("")
+        p(f"Medians of the rounds: the export costs {med(lambda r: r['gw'] - r['noconsumer']):+.3f} ms per request and the "
+          f"whole usage pipeline {med(lambda r: r['gw'] - r['noqueue']):+.3f} ms.")
         p("")
     p("**Streams** (ms; p50 / p90 over the runs):")
     p("")
