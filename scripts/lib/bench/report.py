@@ -462,7 +462,8 @@ def render(results):
         p(f"| Miniflare: the gateway's isolate, V8 JS heap used (of total), right after the profiled c={conns} run | — | "
           f"{mem['js_heap_used'] / 2**20:.1f} (of {mem['js_heap_total'] / 2**20:.1f}) |")
         p(f"| Miniflare: the gateway's isolate, wasm linear memory (the Rust heap; {len(mem.get('wasm_memories') or [])} "
-          f"`WebAssembly.Memory`), same moment | — | {wasm / 2**20:.1f} |")
+          f"`WebAssembly.Memory`; its high-water mark, which it never gives back: the usage consumer's batches), same moment "
+          f"| — | {wasm / 2**20:.1f} |")
     p(f"| wasm bundle `build/index_bg.wasm` | {meta.get('wasm_bytes', 0) / 2**20:.2f} MiB raw | {meta.get('wasm_gzip_bytes', 0) / 2**20:.2f} MiB gzip |")
     p("")
     for line in cold_start(results):
