@@ -38,7 +38,6 @@ TARGETS = {
     "mf_relay_stream": ("miniflare", "relay worker, the same stream (each chunk read and enqueued again in JS)"),
     "mf_native_stream": ("miniflare", "relay worker, the same stream written into a native (identity) stream"),
     "mf_gateway_stream": ("miniflare", "gateway, the same stream (`bench-stream`)"),
-    "mf_gateway_nolog": ("miniflare", "experiment: gateway with `console.log` stubbed out"),
     "mf_gateway_noconsumer": ("miniflare", "experiment: gateway whose usage-queue consumer only acks (no export to R2)"),
     "mf_gateway_nolog_noqueue": ("miniflare", "experiment: gateway with `console.log` and the usage queue's `send` stubbed out"),
 }
@@ -103,11 +102,16 @@ def runtime_cpu(results, W, name, conns, clk):
     return c["runtime"] if c else None
 
 
+def in_round(name, i):
+    """A target's name in alternating round `i` (round 1 is the main targets)."""
+    return name if i == 1 else f"{name}_r{i}"
+
+
 def round_pairs(W, cpu_of, conns):
     """The passthrough and the gateway of each alternating round (round 1 is the main targets)."""
     out = []
     for i in range(1, 10):
-        pt_name, gw_name = ("mf_passthrough", "mf_gateway") if i == 1 else (f"mf_passthrough_r{i}", f"mf_gateway_r{i}")
+        pt_name, gw_name = in_round("mf_passthrough", i), in_round("mf_gateway", i)
         pt, gw, pc, gc = W.get(pt_name), W.get(gw_name), cpu_of(pt_name), cpu_of(gw_name)
         if not (pt and gw and pc and gc and pt.get(1) and gw.get(1) and pt.get(conns) and gw.get(conns)):
             continue
@@ -120,8 +124,8 @@ def experiment_rounds(cpu_of):
     """The gateway and its two usage-pipeline experiments, CPU ms per request, in each round."""
     out = []
     for i in range(1, 10):
-        sfx = "" if i == 1 else f"_r{i}"
-        row = {k: cpu_of(f"mf_gateway{n}{sfx}") for k, n in (("gw", ""), ("noconsumer", "_noconsumer"), ("noqueue", "_nolog_noqueue"))}
+        row = {k: cpu_of(in_round(n, i)) for k, n in
+               (("gw", "mf_gateway"), ("noconsumer", "mf_gateway_noconsumer"), ("noqueue", "mf_gateway_nolog_noqueue"))}
         if all(row.values()):
             out.append(row)
     return out
