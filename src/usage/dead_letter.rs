@@ -7,7 +7,6 @@
 use crate::usage::export::{self, ExportObject};
 use crate::usage::queue::{self, BUCKET_BINDING};
 use serde_json::{json, Value};
-use std::collections::HashMap;
 use worker::{Bucket, Env, Include, MessageBatch, RawMessage};
 
 /// A queue whose name ends so is a dead-letter queue (`edge-gateway-usage-dlq` in wrangler.toml).
@@ -33,7 +32,7 @@ pub async fn consume(batch: &MessageBatch<String>, env: &Env) {
         Ok(bucket) => {
             let fault = queue::export_fault(env);
             for object in &plan.objects {
-                stored.push(settle(&bucket, object, fault.as_deref()).await);
+                stored.push(settle(&bucket, object, &object.body(&bodies), fault.as_deref()).await);
             }
         }
         Err(e) => crate::support::log::error(json!({"event": "usage_dead_letter_failed", "error": e.to_string()})),
@@ -42,16 +41,13 @@ pub async fn consume(batch: &MessageBatch<String>, env: &Env) {
 }
 
 /// Redelivers one object and parks its copy; true when the events are stored somewhere.
-async fn settle(bucket: &Bucket, object: &ExportObject, fault: Option<&str>) -> bool {
-    let redelivered = queue::store(bucket, object, fault).await;
+async fn settle(bucket: &Bucket, object: &ExportObject, body: &str, fault: Option<&str>) -> bool {
+    let redelivered = queue::store(bucket, object, body, fault).await;
     let error: String = redelivered.as_ref().err().map_or(String::new(), |e| e.chars().take(MAX_ERROR_CHARS).collect());
-    let metadata = HashMap::from([
-        ("events".to_string(), object.events.to_string()),
-        ("redelivered".to_string(), redelivered.is_ok().to_string()),
-        ("error".to_string(), error.clone()),
-    ]);
+    let (events, ok) = (object.events.to_string(), redelivered.is_ok().to_string());
+    let metadata = [("events", events.as_str()), ("redelivered", ok.as_str()), ("error", error.as_str())];
     let key = export::parked_key(&object.key);
-    let parked = queue::put(bucket, &key, &object.body, metadata).await;
+    let parked = queue::put(bucket, &key, body, &metadata).await;
     let line = json!({"event": "usage_dead_letter", "key": key, "events": object.events,
                       "redelivered": redelivered.is_ok(), "error": error, "parked": parked.as_ref().err()});
     if parked.is_err() && redelivered.is_err() {

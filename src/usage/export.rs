@@ -16,13 +16,47 @@ pub const PREFIX: &str = "usage";
 pub const PARKED_PREFIX: &str = "usage-dlq";
 pub const CONTENT_TYPE: &str = "application/x-ndjson";
 
-/// One object to write, and the batch positions of the messages it stores.
+/// One object to write, and the batch positions of the messages it stores. Its body is built
+/// only when it is written (`body`), from the batch's own text: a batch is held once, not once
+/// per copy (wasm memory never shrinks, so a consumer's peak is kept for the isolate's life).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExportObject {
     pub key: String,
-    pub body: String,
     pub events: usize,
     pub members: Vec<usize>,
+    lines: Vec<Line>,
+}
+
+/// Where one event's line is: a range of its message's text, or (a pretty-printed event) the
+/// line re-encoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Line {
+    At { message: usize, start: usize, end: usize },
+    Owned(String),
+}
+
+impl ExportObject {
+    /// The NDJSON body, one line per event, each ended by `\n`; `bodies` are the batch's message
+    /// texts that `plan` read.
+    pub fn body(&self, bodies: &[Option<String>]) -> String {
+        let mut body = String::with_capacity(self.lines.iter().map(|l| l.text(bodies).len() + 1).sum());
+        for line in &self.lines {
+            body.push_str(line.text(bodies));
+            body.push('\n');
+        }
+        body
+    }
+}
+
+impl Line {
+    fn text<'a>(&'a self, bodies: &'a [Option<String>]) -> &'a str {
+        match self {
+            Line::At { message, start, end } => {
+                bodies.get(*message).and_then(Option::as_deref).and_then(|b| b.get(*start..*end)).unwrap_or("")
+            }
+            Line::Owned(s) => s,
+        }
+    }
 }
 
 /// Text in a message that is not a usage event: the message's batch position, why, and the text.
@@ -63,11 +97,11 @@ impl Plan {
     }
 }
 
-/// The events of one message body: its JSON values in order (one per line as the producer writes
-/// them; a pretty-printed one spans lines), each as its own text, or why the rest is not JSON.
-fn values(body: &str) -> Vec<Result<&str, String>> {
+/// The events of one message body: the byte ranges of its JSON values in order (one per line as
+/// the producer writes them; a pretty-printed one spans lines), or why the rest is not JSON.
+fn values(body: &str) -> Vec<Result<(usize, usize), String>> {
     if !body.contains('\n') {
-        return vec![Ok(body)];
+        return vec![Ok((0, body.len()))];
     }
     let mut out = Vec::new();
     let mut stream = serde_json::Deserializer::from_str(body).into_iter::<serde::de::IgnoredAny>();
@@ -77,7 +111,7 @@ fn values(body: &str) -> Vec<Result<&str, String>> {
             None => break,
             Some(Ok(_)) => {
                 let end = stream.byte_offset();
-                out.push(Ok(&body[start..end]));
+                out.push(Ok((start, end)));
                 start = end;
             }
             Some(Err(e)) => {
@@ -87,9 +121,34 @@ fn values(body: &str) -> Vec<Result<&str, String>> {
         }
     }
     if out.is_empty() {
-        out.push(Ok(body));
+        out.push(Ok((0, body.len())));
     }
     out
+}
+
+/// The producer's messages, read in one pass: each line one event, its head parsed from it.
+/// `None` when a line is not one whole event, and the message is read by `values` instead
+/// (which reports the same thing with the same words).
+fn compact_lines(body: &str) -> Option<Vec<((usize, usize), Head)>> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    for raw in body.split('\n') {
+        let (start, end) = trimmed(body, at, at + raw.len());
+        at += raw.len() + 1;
+        if start == end {
+            continue;
+        }
+        let head = serde_json::from_str::<Head>(&body[start..end]).ok().filter(|h| !h.event_id.is_empty())?;
+        out.push(((start, end), head));
+    }
+    Some(out)
+}
+
+/// The range `start..end` of `text` without surrounding whitespace.
+fn trimmed(text: &str, start: usize, end: usize) -> (usize, usize) {
+    let slice = &text[start..end];
+    let from = start + (slice.len() - slice.trim_start().len());
+    (from, from + slice.trim().len())
 }
 
 /// The hour a partition covers, as a number: events of one hour share an object.
@@ -167,9 +226,22 @@ pub fn object_key(ts_ms: u64, first_event_id: &str, events: usize) -> String {
 #[derive(Default)]
 struct Group {
     first: Option<(u64, String)>,
-    lines: Vec<String>,
+    lines: Vec<Line>,
     seen: BTreeSet<String>,
     members: Vec<usize>,
+}
+
+impl Group {
+    fn add(&mut self, index: usize, head: Head, line: Line) {
+        if self.members.last() != Some(&index) {
+            self.members.push(index);
+        }
+        if !self.seen.insert(head.event_id.clone()) {
+            return;
+        }
+        self.first.get_or_insert((head.ts_ms, head.event_id));
+        self.lines.push(line);
+    }
 }
 
 /// Groups a batch's message bodies (in batch order; `None`: not text) into objects by partition.
@@ -181,15 +253,23 @@ pub fn plan(bodies: &[Option<String>]) -> Plan {
             rejected.push(Rejected { index, reason: "message body is not text".into(), text: None });
             continue;
         };
+        if let Some(lines) = compact_lines(body) {
+            for ((start, end), head) in lines {
+                let group = groups.entry(partition(head.ts_ms)).or_default();
+                group.add(index, head, Line::At { message: index, start, end });
+            }
+            continue;
+        }
         for value in values(body) {
             let reject = |reason: String, text: &str| Rejected { index, reason, text: Some(text.trim().to_string()) };
-            let text = match value {
-                Ok(text) => text,
+            let (start, end) = match value {
+                Ok(range) => range,
                 Err(reason) => {
                     rejected.push(reject(reason, body));
                     continue;
                 }
             };
+            let text = &body[start..end];
             let head = match serde_json::from_str::<Head>(text) {
                 Ok(h) if !h.event_id.is_empty() => h,
                 Ok(_) => {
@@ -201,28 +281,23 @@ pub fn plan(bodies: &[Option<String>]) -> Plan {
                     continue;
                 }
             };
-            let group = groups.entry(partition(head.ts_ms)).or_default();
-            if group.members.last() != Some(&index) {
-                group.members.push(index);
-            }
-            if !group.seen.insert(head.event_id.clone()) {
-                continue;
-            }
-            group.first.get_or_insert((head.ts_ms, head.event_id));
-            group.lines.push(one_line(text));
+            let (start, end) = trimmed(body, start, end);
+            let line = match one_line(&body[start..end]) {
+                Some(encoded) => Line::Owned(encoded),
+                None => Line::At { message: index, start, end },
+            };
+            groups.entry(partition(head.ts_ms)).or_default().add(index, head, line);
         }
     }
     let objects = groups
         .into_values()
         .filter_map(|g| {
             let (ts_ms, first_id) = g.first?;
-            let mut body = g.lines.join("\n");
-            body.push('\n');
             Some(ExportObject {
                 key: object_key(ts_ms, &first_id, g.lines.len()),
-                body,
                 events: g.lines.len(),
                 members: g.members,
+                lines: g.lines,
             })
         })
         .collect();
@@ -243,15 +318,14 @@ pub fn holds_tenant(body: &str, tenant: &str) -> bool {
         .any(|line| serde_json::from_str::<serde_json::Value>(line).is_ok_and(|v| v["tenant"].as_str() == Some(tenant)))
 }
 
-/// NDJSON needs one line per event: a pretty-printed body is re-encoded compactly.
-fn one_line(body: &str) -> String {
-    let body = body.trim();
+/// NDJSON needs one line per event: a pretty-printed body is re-encoded compactly (`None`: the
+/// text is one line already).
+fn one_line(body: &str) -> Option<String> {
     if !body.contains(['\n', '\r']) {
-        return body.to_string();
+        return None;
     }
-    serde_json::from_str::<serde_json::Value>(body)
-        .map(|v| v.to_string())
-        .unwrap_or_else(|_| body.replace(['\n', '\r'], " "))
+    let encoded = serde_json::from_str::<serde_json::Value>(body).map(|v| v.to_string());
+    Some(encoded.unwrap_or_else(|_| body.replace(['\n', '\r'], " ")))
 }
 
 #[cfg(test)]
@@ -301,13 +375,14 @@ mod tests {
             ]
         );
         assert_eq!(plan.objects[0].members, vec![0, 2]);
-        assert_eq!(plan.objects[0].body, format!("{}\n{}\n", bodies[0].as_ref().unwrap(), bodies[2].as_ref().unwrap()));
+        let want = format!("{}\n{}\n", bodies[0].as_ref().unwrap(), bodies[2].as_ref().unwrap());
+        assert_eq!(plan.objects[0].body(&bodies), want);
     }
 
     #[test]
     fn ndjson_lines_parse_back_and_keep_unknown_fields() {
-        let plan = plan(&[event("req_a", 1), event("req_b", 2)]);
-        let body = &plan.objects[0].body;
+        let bodies = [event("req_a", 1), event("req_b", 2)];
+        let body = &plan(&bodies).objects[0].body(&bodies);
         assert!(body.ends_with('\n'));
         let lines: Vec<serde_json::Value> = body.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
         assert_eq!(lines.len(), 2);
@@ -327,9 +402,10 @@ mod tests {
     #[test]
     fn pretty_printed_bodies_become_one_line() {
         let pretty = serde_json::to_string_pretty(&json!({"event_id": "req_p", "ts_ms": 1, "note": "a\nb"})).unwrap();
-        let plan = plan(&[Some(pretty)]);
-        assert_eq!(plan.objects[0].body.lines().count(), 1);
-        let v: serde_json::Value = serde_json::from_str(plan.objects[0].body.trim_end()).unwrap();
+        let bodies = [Some(pretty)];
+        let body = plan(&bodies).objects[0].body(&bodies);
+        assert_eq!(body.lines().count(), 1);
+        let v: serde_json::Value = serde_json::from_str(body.trim_end()).unwrap();
         assert_eq!(v["note"], "a\nb");
     }
 
@@ -357,13 +433,14 @@ mod tests {
     #[test]
     fn a_message_of_several_lines_stores_each_event_as_written() {
         let (a, b, c) = (event("req_a", 1), event("req_b", 2), event("req_c", 3));
-        let p = plan(&[packed(&[a.clone(), b.clone()]), c.clone()]);
+        let bodies = [packed(&[a.clone(), b.clone()]), c.clone()];
+        let p = plan(&bodies);
         assert!(p.rejected.is_empty());
         assert_eq!(p.objects.len(), 1);
         assert_eq!(p.objects[0].events, 3);
         assert_eq!(p.objects[0].members, vec![0, 1], "each message once");
         let want = format!("{}\n{}\n{}\n", a.unwrap(), b.unwrap(), c.unwrap());
-        assert_eq!(p.objects[0].body, want, "the producer's bytes");
+        assert_eq!(p.objects[0].body(&bodies), want, "the producer's bytes");
         assert_eq!(p.settle(&[true]), (vec![0, 1], vec![]));
         assert_eq!(p.settle(&[false]), (vec![], vec![0, 1]));
     }
@@ -385,6 +462,23 @@ mod tests {
         let p = plan(&[Some(format!("{}\nnot json\n", good.unwrap()))]);
         assert_eq!((p.objects[0].events, p.rejected.len()), (1, 1));
         assert!(p.rejected[0].reason.starts_with("not a usage event"));
+    }
+
+    #[test]
+    fn a_message_is_read_alike_by_lines_and_by_values() {
+        let (a, b) = (event("req_a", 1).unwrap(), event("req_b", 2).unwrap());
+        // Read line by line: CRLF, blank lines and spaces around an event are not part of it.
+        let lines = [Some(format!("  {a}\r\n\n{b}\n"))];
+        // Read value by value (two events on one line is not the producer's shape).
+        let values = [Some(format!("{a} {b}\n"))];
+        let (by_lines, by_values) = (plan(&lines), plan(&values));
+        assert!(by_lines.rejected.is_empty() && by_values.rejected.is_empty());
+        let want = format!("{a}\n{b}\n");
+        assert_eq!(by_lines.objects[0].body(&lines), want);
+        assert_eq!(by_values.objects[0].body(&values), want);
+        assert_eq!((by_lines.objects[0].events, by_values.objects[0].events), (2, 2));
+        // A body the plan was not made from yields no text rather than a panic.
+        assert_eq!(by_lines.objects[0].body(&[]), "\n\n");
     }
 
     #[test]
@@ -424,10 +518,11 @@ mod tests {
         let events: Vec<(u64, String)> = (0..250).map(|i| (0, event(&format!("req_{i}"), i).unwrap())).collect();
         let bodies = pack(&events, 4_000);
         assert!(bodies.len() > 1 && bodies.iter().all(|b| b.len() <= 4_000));
-        let p = plan(&bodies.into_iter().map(Some).collect::<Vec<_>>());
+        let bodies: Vec<Option<String>> = bodies.into_iter().map(Some).collect();
+        let p = plan(&bodies);
         assert_eq!(p.objects[0].events, 250);
         let want: Vec<String> = events.into_iter().map(|(_, l)| l).collect();
-        assert_eq!(p.objects[0].body, format!("{}\n", want.join("\n")));
+        assert_eq!(p.objects[0].body(&bodies), format!("{}\n", want.join("\n")));
     }
 
     #[test]
@@ -449,7 +544,8 @@ mod tests {
 
     #[test]
     fn tenants_are_found_by_field_not_by_text() {
-        let body = plan(&[event("req_a", 1)]).objects[0].body.clone();
+        let bodies = [event("req_a", 1)];
+        let body = plan(&bodies).objects[0].body(&bodies);
         assert!(holds_tenant(&body, "acme"));
         assert!(!holds_tenant(&body, "acm"));
         assert!(!holds_tenant("{\"note\":\"tenant acme\"}\n", "acme"));

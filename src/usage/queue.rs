@@ -7,15 +7,12 @@ use crate::usage::event::UsageEvent;
 use crate::usage::export::{self, ExportObject};
 use crate::usage::record::RequestOutcome;
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 use worker::js_sys::{self, futures::JsFuture};
 use worker::wasm_bindgen::prelude::wasm_bindgen;
 use worker::wasm_bindgen::JsValue;
-use worker::{
-    Bucket, Context, Delay, Env, HttpMetadata, MessageBatch, MessageExt, QueueRetryOptionsBuilder, RawMessage,
-};
+use worker::{Bucket, Context, Delay, Env, MessageBatch, MessageExt, QueueRetryOptionsBuilder, RawMessage};
 
 pub const QUEUE_BINDING: &str = "USAGE_QUEUE";
 pub const BUCKET_BINDING: &str = "USAGE_BUCKET";
@@ -207,7 +204,7 @@ async fn send_batch_once(env: &Env, bodies: &[String]) -> Result<(), String> {
 
 /// Stores a batch as one NDJSON object per partition; acks a message only once its object is in
 /// R2, and marks the rest for redelivery (after `max_retries` they go to the dead-letter queue,
-/// whose consumer is `usage::dead_letter`).
+/// whose consumer is `usage::dead_letter`). One object's body exists at a time.
 pub async fn consume(batch: &MessageBatch<String>, env: &Env) {
     let messages: Vec<_> = batch.raw_iter().collect();
     let bodies: Vec<Option<String>> = messages.iter().map(|m| text_of(&m.body())).collect();
@@ -218,7 +215,7 @@ pub async fn consume(batch: &MessageBatch<String>, env: &Env) {
         Ok(bucket) => {
             let fault = export_fault(env);
             for object in &plan.objects {
-                let result = store(&bucket, object, fault.as_deref()).await;
+                let result = store(&bucket, object, &object.body(&bodies), fault.as_deref()).await;
                 if let Err(error) = &result {
                     crate::support::log::error(
                         serde_json::json!({"event": "usage_export_failed", "key": object.key, "events": object.events, "error": error}),
@@ -266,32 +263,50 @@ pub fn export_fault(env: &Env) -> Option<String> {
     env.var("USAGE_EXPORT_FAULT_TENANT").ok().map(|v| v.to_string()).filter(|t| !t.is_empty())
 }
 
-/// Writes an export object to its `usage/` key (with `fault`: fails for that tenant's events).
-pub async fn store(bucket: &Bucket, object: &ExportObject, fault: Option<&str>) -> Result<(), String> {
-    if let Some(tenant) = fault.filter(|t| export::holds_tenant(&object.body, t)) {
+/// Writes an export object's `body` to its `usage/` key (with `fault`: fails for that tenant's events).
+pub async fn store(bucket: &Bucket, object: &ExportObject, body: &str, fault: Option<&str>) -> Result<(), String> {
+    if let Some(tenant) = fault.filter(|t| export::holds_tenant(body, t)) {
         return Err(format!("injected fault: USAGE_EXPORT_FAULT_TENANT={tenant}"));
     }
-    let metadata = HashMap::from([("events".to_string(), object.events.to_string())]);
-    put(bucket, &object.key, &object.body, metadata).await
+    put(bucket, &object.key, body, &[("events", &object.events.to_string())]).await
 }
 
-/// One NDJSON object, tried `PUT_TRIES` times.
-pub async fn put(bucket: &Bucket, key: &str, body: &str, metadata: HashMap<String, String>) -> Result<(), String> {
+// The object's bytes copied out of wasm once, by the runtime's put: worker's builder copied them
+// into a second Vec in wasm memory per try, which then stayed as the heap's high-water mark.
+#[wasm_bindgen(inline_js = "
+export function put_ndjson(bucket, key, body, type, metadata) {
+  return bucket.put(key, body.slice(), { httpMetadata: { contentType: type }, customMetadata: JSON.parse(metadata) });
+}
+")]
+extern "C" {
+    /// `body` is a view of wasm memory: copied before the runtime holds it; `metadata` a JSON object.
+    #[wasm_bindgen(catch)]
+    fn put_ndjson(
+        bucket: &JsValue,
+        key: &str,
+        body: &[u8],
+        type_: &str,
+        metadata: &str,
+    ) -> Result<js_sys::Promise, JsValue>;
+}
+
+/// One NDJSON object with its custom metadata, tried `PUT_TRIES` times.
+pub async fn put(bucket: &Bucket, key: &str, body: &str, metadata: &[(&str, &str)]) -> Result<(), String> {
+    let metadata: serde_json::Map<String, serde_json::Value> =
+        metadata.iter().map(|(name, value)| (name.to_string(), serde_json::Value::from(*value))).collect();
+    let metadata = serde_json::Value::Object(metadata).to_string();
     let mut error = String::new();
     for attempt in 0..PUT_TRIES {
         if attempt > 0 {
             Delay::from(Duration::from_millis(PUT_FIRST_DELAY_MS * 4u64.pow(attempt - 1))).await;
         }
-        let http = HttpMetadata { content_type: Some(export::CONTENT_TYPE.to_string()), ..HttpMetadata::default() };
-        let result = bucket
-            .put(key.to_string(), body.as_bytes().to_vec())
-            .http_metadata(http)
-            .custom_metadata(metadata.clone())
-            .execute()
-            .await;
+        let result = match put_ndjson(bucket.as_ref(), key, body.as_bytes(), export::CONTENT_TYPE, &metadata) {
+            Ok(promise) => JsFuture::from(promise).await.map(|_| ()),
+            Err(e) => Err(e),
+        };
         match result {
-            Ok(_) => return Ok(()),
-            Err(e) => error = e.to_string(),
+            Ok(()) => return Ok(()),
+            Err(e) => error = worker::Error::from(e).to_string(),
         }
     }
     Err(error)

@@ -273,6 +273,16 @@ fn mixed_run_yields_one_priced_event_per_request() {
     assert_eq!(events.len(), n, "exactly one event per client request after dedupe");
     assert!(lines >= n);
     check_layout(&files);
+    // Each object says what it is and how many events it holds (the dead-letter count reads it).
+    let metadata = s.r2_metadata();
+    let objects: Vec<_> = files.iter().filter(|(k, _)| k.starts_with("usage/")).collect();
+    assert!(!objects.is_empty());
+    for (key, body) in objects {
+        let (content_type, custom) = metadata.get(key).unwrap_or_else(|| panic!("{key} is not in R2's index"));
+        assert_eq!(content_type, "application/x-ndjson", "{key}");
+        let custom: Value = serde_json::from_str(custom).expect("custom metadata JSON");
+        assert_eq!(custom["events"], body.lines().count().to_string(), "{key}: {custom}");
+    }
 
     let prices = prices();
     let mut total_cost = 0u64;
