@@ -346,6 +346,10 @@ impl ClientStream for OpenaiStreamToMessages {
     fn error_event(&self, err: &ApiError) -> Vec<u8> {
         anthropic_error::stream_error_event(err)
     }
+
+    fn ended(&self) -> bool {
+        OpenaiStreamToMessages::ended(self)
+    }
 }
 
 #[cfg(test)]

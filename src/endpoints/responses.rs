@@ -259,6 +259,13 @@ impl ClientStream for ResponsesStream {
         }
     }
 
+    fn ended(&self) -> bool {
+        match self {
+            ResponsesStream::Pass(s) => s.ended(),
+            ResponsesStream::Chat(s) => s.ended(),
+        }
+    }
+
     fn error_event(&self, err: &ApiError) -> Vec<u8> {
         match self {
             ResponsesStream::Pass(s) => s.error_event(err),

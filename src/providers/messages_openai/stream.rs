@@ -195,6 +195,11 @@ impl OpenaiStreamToMessages {
     pub fn emitted_any(&self) -> bool {
         self.started
     }
+
+    /// Whether `[DONE]` came and `message_stop` was written (after it, nothing more is).
+    pub fn ended(&self) -> bool {
+        self.done && !self.failed
+    }
 }
 
 #[cfg(test)]
@@ -260,6 +265,28 @@ data: [DONE]\n\n";
             assert_eq!(ev[9].1["usage"]["output_tokens"], 9);
             assert_eq!(s.usage().map(|u| (u.input, u.output)), Some((50, 9)));
         }
+    }
+
+    #[test]
+    fn ended_once_done_is_translated_whatever_the_split() {
+        let done = TOOL_STREAM.find("data: [DONE]").unwrap();
+        for size in [1, 7, 4096] {
+            let mut s = OpenaiStreamToMessages::new("m");
+            let mut out = Vec::new();
+            for chunk in TOOL_STREAM.as_bytes()[..done + 12].chunks(size) {
+                s.feed(chunk, &mut out);
+            }
+            assert!(!s.ended(), "[DONE] without its blank line, split {size}");
+            s.feed(&TOOL_STREAM.as_bytes()[done + 12..], &mut out);
+            assert!(s.ended(), "split {size}");
+            assert_eq!(events(&out).last().unwrap().0, "message_stop");
+            let before = out.len();
+            assert_eq!(s.finish(&mut out), StreamEnd::Complete);
+            assert_eq!(out.len(), before, "nothing after message_stop");
+        }
+        let mut failed = OpenaiStreamToMessages::new("m");
+        failed.feed(b"data: {\"error\":{\"message\":\"boom\"}}\n\ndata: [DONE]\n\n", &mut Vec::new());
+        assert!(!failed.ended());
     }
 
     #[test]

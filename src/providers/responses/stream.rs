@@ -154,6 +154,11 @@ impl PassThrough {
         self.emitted
     }
 
+    /// Whether the vendor's last event (`response.completed` or `response.incomplete`) was relayed.
+    pub fn ended(&self) -> bool {
+        self.done && !self.failed
+    }
+
     /// The gateway's own error event; none when the vendor's error was already relayed.
     pub fn error_event(&self, err: &ApiError) -> Vec<u8> {
         if self.failed && self.emitted {
@@ -404,6 +409,11 @@ impl FromChat {
     pub fn emitted_any(&self) -> bool {
         // Held until the first output item: `response.created` alone does not commit the stream.
         !self.items.is_empty() || self.completed
+    }
+
+    /// Whether the chat stream's `[DONE]` came and `response.completed` was written.
+    pub fn ended(&self) -> bool {
+        self.completed && self.chat.ended()
     }
 
     pub fn error_event(&self, err: &ApiError) -> Vec<u8> {

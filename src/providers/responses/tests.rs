@@ -284,6 +284,42 @@ fn passthrough_stream_relays_bytes_and_reads_usage() {
 }
 
 #[test]
+fn streams_end_with_their_last_event_whatever_the_split() {
+    // Relayed: after `response.completed` the client's stream may close.
+    let sse = fixture!("responses_stream_text.sse");
+    for split in [1, 13, usize::MAX] {
+        let mut t = PassThrough::new();
+        let mut out = Vec::new();
+        for chunk in sse.as_bytes()[..sse.len() - 1].chunks(split) {
+            t.feed(chunk, &mut out);
+        }
+        assert!(!t.ended(), "split {split}: the last event's blank line is still to come");
+        t.feed(b"\n", &mut out);
+        assert!(t.ended(), "split {split}");
+        assert_eq!(t.finish(&mut out), StreamEnd::Complete);
+        assert_eq!(out, sse.as_bytes());
+    }
+    let mut failed = PassThrough::new();
+    let fail = "event: response.failed\ndata: {\"type\":\"response.failed\",\"response\":{\"error\":{\"code\":\"server_error\",\"message\":\"boom\"}}}\n\n";
+    failed.feed(fail.as_bytes(), &mut Vec::new());
+    assert!(!failed.ended());
+    // Written from chat chunks: once `[DONE]` came and `response.completed` was written.
+    let chat = fixture!("openai_stream_tools_usage.sse");
+    let done = chat.find("data: [DONE]").unwrap();
+    let dep = deployment("openai");
+    let mut t = FromChat::new(StreamTranslator::new(&dep, true, 7), json!({}), 7);
+    let mut out = Vec::new();
+    t.feed(&chat.as_bytes()[..done + 12], &mut out);
+    assert!(!t.ended(), "[DONE] without its blank line");
+    t.feed(&chat.as_bytes()[done + 12..], &mut out);
+    assert!(t.ended());
+    assert_eq!(events(&out).last().unwrap()["type"], "response.completed");
+    let before = out.len();
+    assert_eq!(t.finish(&mut out), StreamEnd::Complete);
+    assert_eq!(out.len(), before, "nothing after response.completed");
+}
+
+#[test]
 fn passthrough_stream_errors_before_content_may_fall_back() {
     let created =
         "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{}}\n\n";

@@ -35,6 +35,8 @@ pub struct StreamReply {
     pub headers: Vec<(String, String)>,
     /// `data:` payloads with the time since the request was sent.
     pub events: Vec<(Duration, String)>,
+    /// When the body ended, since the request was sent.
+    pub ended: Duration,
 }
 
 impl StreamReply {
@@ -145,7 +147,7 @@ pub fn stream(url: &str, key: &str, body: &serde_json::Value) -> StreamReply {
             }
         }
     }
-    StreamReply { status, headers, events }
+    StreamReply { status, headers, events, ended: sent.elapsed() }
 }
 
 fn find_event_end(buf: &[u8]) -> Option<usize> {

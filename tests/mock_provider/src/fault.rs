@@ -22,6 +22,7 @@ pub enum Key {
     StallAfter,
     ErrorAfter,
     PingMs,
+    LingerMs,
     NoUsage,
     Malformed,
     LoneSurrogate,
@@ -61,6 +62,7 @@ const KEYS: &[(&str, Key, Kind)] = &[
     ("stall_after", Key::StallAfter, ANY),
     ("error_after", Key::ErrorAfter, ANY),
     ("ping_ms", Key::PingMs, Kind::Number { min: 1, max: 60_000 }),
+    ("linger_ms", Key::LingerMs, Kind::Number { min: 0, max: 120_000 }),
     ("no_usage", Key::NoUsage, Kind::Flag),
     ("malformed", Key::Malformed, Kind::Flag),
     // Legal JSON a Rust string cannot hold: `\ud800` after the reply's first word.

@@ -218,6 +218,8 @@ pub struct Timing {
     pub stall_after: Option<u64>,
     pub error_after: Option<u64>,
     pub ping_ms: Option<u64>,
+    /// A stream's connection is held this long after its last event before the body ends.
+    pub linger_ms: u64,
     /// A JSON body goes out chunked (64 KiB chunks), without `Content-Length`.
     pub chunked: bool,
 }

@@ -133,6 +133,7 @@ pub fn stream(s: &mut TcpStream, sse: &Sse, t: &Timing, gzip: bool) -> io::Resul
         pause(t.delay_ms);
         write_chunk(s, &framer.frame(event.text.as_bytes())?)?;
     }
+    pause(t.linger_ms);
     end(s, framer)
 }
 

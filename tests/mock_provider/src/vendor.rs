@@ -181,6 +181,7 @@ fn shape(api: Api, call: &Call, mut resp: Response, faults: &Faults) -> Response
         stall_after: faults.get(Key::StallAfter),
         error_after: faults.get(Key::ErrorAfter),
         ping_ms: faults.get(Key::PingMs),
+        linger_ms: faults.get(Key::LingerMs).unwrap_or(0),
         chunked: faults.has(Key::Chunked),
     };
     resp

@@ -142,3 +142,26 @@ fn without_ids(text: &str) -> String {
     }
     out
 }
+
+#[test]
+fn streams_close_with_the_vendors_last_event_not_its_connection_end() {
+    // The mock holds each connection 20 s after the last event (`linger_ms`); the client's stream
+    // must end with that event, at every door and translation (10 s: generous on a busy machine).
+    let s = stack();
+    let ask = |path: &str, body: serde_json::Value, last: &str| {
+        let r = stream(&s.url(path), KEY, &body);
+        assert_eq!(r.status, 200, "{path} {body}: {:?}", r.events);
+        let (_, data) = r.events.last().unwrap_or_else(|| panic!("{path} {body}: no events"));
+        assert!(data.contains(last), "{path} {body}: ends with {data}");
+        assert!(r.ended < Duration::from_secs(10), "{path} {body}: the body ended after {:?}", r.ended);
+    };
+    let chat = |model: &str| json!({"model": model, "stream": true, "messages": [{"role": "user", "content": "hi"}]});
+    ask("/v1/chat/completions", chat("linger-chat"), "[DONE]");
+    ask("/v1/chat/completions", chat("linger-claude"), "[DONE]");
+    let responses = |model: &str| json!({"model": model, "stream": true, "input": "hi"});
+    ask("/v1/responses", responses("linger-resp"), "\"response.completed\"");
+    ask("/v1/responses", responses("linger-chat"), "\"response.completed\"");
+    let messages = |model: &str| json!({"model": model, "stream": true, "max_tokens": 32, "messages": [{"role": "user", "content": "hi"}]});
+    ask("/v1/messages", messages("linger-claude"), "\"message_stop\"");
+    ask("/v1/messages", messages("linger-chat"), "\"message_stop\"");
+}
