@@ -19,7 +19,7 @@ def role_of(cmdline: list[str]) -> str:
     exe = os.path.basename(cmdline[0]) if cmdline else ""
     joined = " ".join(cmdline)
     if exe == "workerd":
-        m = re.search(r"--socket-addr=entry=[0-9.]+:([0-9]+)", joined)
+        m = re.search(r"--socket-addr=entry=[^:\s]+:([0-9]+)", joined)
         if not m:
             return "workerd"
         return "workerd-runtime" if m.group(1) == "0" else f"workerd@{m.group(1)}"

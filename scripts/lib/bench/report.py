@@ -83,12 +83,14 @@ def roles_delta(results, tag, session):
     return {r: after[r]["ticks"] - before.get(r, {"ticks": 0})["ticks"] for r in after}
 
 
-def runtime_role(session, role):
+def runtime_role(session, role, roles=("workerd-runtime",)):
+    """What a process is to its session; `roles` are the session's own (wrangler 4.86 runs its dev
+    proxy and the worker in one workerd, which then counts as the runtime: no split to make)."""
     if session in WRANGLER_SESSIONS:
         if role == "workerd-runtime":
             return "runtime"
         if role.startswith("workerd@"):
-            return "proxy"
+            return "proxy" if "workerd-runtime" in roles else "runtime"
     elif role.startswith("workerd"):
         return "runtime"
     if role in ("node", "esbuild"):
@@ -149,8 +151,10 @@ def cpu_per_request(results, name, conns, clk):
     tag = f"{name}.c{conns}"
     out = {"runtime": 0.0, "proxy": 0.0, "node": 0.0, "other": 0.0}
     if session != "mock":
-        for role, ticks in roles_delta(results, tag, session).items():
-            out[runtime_role(session, role)] += ticks / clk * 1000 / w["req"]
+        deltas = roles_delta(results, tag, session)
+        for role, ticks in deltas.items():
+            out[runtime_role(session, role, deltas)] += ticks / clk * 1000 / w["req"]
+        out["proxy_apart"] = "workerd-runtime" in deltas
     mock = roles_delta(results, tag, "mock").get("mock", 0)
     out["mock"] = mock / clk * 1000 / w["req"]
     out["total"] = out["runtime"] + out["proxy"] + out["node"] + out["other"]
@@ -171,7 +175,7 @@ def peak_rss_mib(results, name, conns, which="runtime", port=None):
         except ValueError:
             continue
         for role, v in snap.items():
-            if runtime_role(session, role) != which:
+            if runtime_role(session, role, snap) != which:
                 continue
             if port is not None and role != f"workerd@{port}":
                 continue
@@ -182,7 +186,7 @@ def peak_rss_mib(results, name, conns, which="runtime", port=None):
 def idle_rss_mib(results, session, which="runtime", port=None):
     snap = load(os.path.join(results, "idle.json"), {}).get(session, {})
     kb = sum(v["rss_kb"] for r, v in snap.items()
-             if runtime_role(session, r) == which and (port is None or r == f"workerd@{port}"))
+             if runtime_role(session, r, snap) == which and (port is None or r == f"workerd@{port}"))
     return kb / 1024 if kb else None
 
 
@@ -457,7 +461,7 @@ def render(results):
     p("|---|---:|---:|")
     p(f"| wrangler dev: floor | {ms(idle_rss_mib(results, 'floor'))} | {ms(peak_rss_mib(results, 'floor', conns))} |")
     p(f"| wrangler dev: gateway | {ms(idle_rss_mib(results, 'gateway'))} | {ms(peak_rss_mib(results, 'gateway', conns))} |")
-    p(f"| wrangler dev: gateway's dev proxy (workerd) | {ms(idle_rss_mib(results, 'gateway', 'proxy'))} | {ms(peak_rss_mib(results, 'gateway', conns, 'proxy'))} |")
+    p(f"| wrangler dev: gateway's dev proxy (workerd; — when it runs in the gateway's own process) | {ms(idle_rss_mib(results, 'gateway', 'proxy'))} | {ms(peak_rss_mib(results, 'gateway', conns, 'proxy'))} |")
     p(f"| wrangler dev: gateway's node (wrangler) | {ms(idle_rss_mib(results, 'gateway', 'node'))} | {ms(peak_rss_mib(results, 'gateway', conns, 'node'))} |")
     p(f"| plain workerd: floor | {ms(idle_rss_mib(results, 'workerd'))} | {ms(peak_rss_mib(results, 'workerd_floor', conns))} |")
     mem = (load(os.path.join(results, "profile.json")) or {}).get("memory") or {}
@@ -490,7 +494,8 @@ def render(results):
         g = lambda x, k: ms(x[k]) if x else "—"
         p(f"| {label} | {HARNESS[session]} | {g(a, 'p50')} | {g(a, 'p90')} | {g(a, 'p99')} | {rps(b['rps'] if b else None)} | "
           f"{g(b, 'p50')} | {g(b, 'p99')} | {ms(cpu.get('runtime')) if session != 'mock' else '—'} | "
-          f"{ms(cpu.get('proxy')) if session in WRANGLER_SESSIONS else '—'} | {ms(cpu.get('node')) if session != 'mock' else '—'} | "
+          f"{ms(cpu.get('proxy')) if session in WRANGLER_SESSIONS and cpu.get('proxy_apart') else '—'} | "
+          f"{ms(cpu.get('node')) if session != 'mock' else '—'} | "
           f"{ms(cpu.get('mock'))} | {errs} |")
     p("")
     p("² `VSCODE_INSPECTOR_OPTIONS` set, which makes wrangler 4.86 leave its inspector proxy unattached to the runtime "
