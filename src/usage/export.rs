@@ -127,8 +127,8 @@ fn values(body: &str) -> Vec<Result<(usize, usize), String>> {
 }
 
 /// The producer's messages, read in one pass: each line one event, its head parsed from it.
-/// `None` when a line is not one whole event, and the message is read by `values` instead
-/// (which reports the same thing with the same words).
+/// `None` when a line is not one whole event or there is none, and the message is read by
+/// `values` instead (which reports the same thing with the same words).
 fn compact_lines(body: &str) -> Option<Vec<((usize, usize), Head)>> {
     let mut out = Vec::new();
     let mut at = 0;
@@ -141,7 +141,7 @@ fn compact_lines(body: &str) -> Option<Vec<((usize, usize), Head)>> {
         let head = serde_json::from_str::<Head>(&body[start..end]).ok().filter(|h| !h.event_id.is_empty())?;
         out.push(((start, end), head));
     }
-    Some(out)
+    (!out.is_empty()).then_some(out)
 }
 
 /// The range `start..end` of `text` without surrounding whitespace.
@@ -420,6 +420,12 @@ mod tests {
         ]);
         let rejected: Vec<usize> = p.rejected.iter().map(|r| r.index).collect();
         assert_eq!(rejected, vec![0, 1, 2, 3]);
+        // A message with no event at all is rejected too, not silently acked.
+        for blank in ["", " ", "\n\n", "\r\n"] {
+            let p = plan(&[Some(blank.to_string())]);
+            assert_eq!((p.objects.len(), p.rejected.len()), (0, 1), "{blank:?}");
+            assert_eq!(p.settle(&[]), (vec![0], vec![]), "{blank:?}");
+        }
         assert!(p.rejected[3].reason.contains("missing field `event_id`"));
         assert_eq!(p.objects.len(), 1);
         assert_eq!(p.objects[0].members, vec![4]);
