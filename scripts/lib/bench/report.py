@@ -83,14 +83,19 @@ def roles_delta(results, tag, session):
     return {r: after[r]["ticks"] - before.get(r, {"ticks": 0})["ticks"] for r in after}
 
 
-def runtime_role(session, role, roles=("workerd-runtime",)):
-    """What a process is to its session; `roles` are the session's own (wrangler 4.86 runs its dev
-    proxy and the worker in one workerd, which then counts as the runtime: no split to make)."""
+def proxy_apart(roles):
+    """Whether a wrangler session's dev proxy runs in a workerd of its own (else, in the worker's)."""
+    return "workerd-runtime" in roles
+
+
+def runtime_role(session, role, roles):
+    """What a process is to its session; `roles` are the session's own (a dev proxy in the
+    worker's own workerd counts as the runtime: no split to make)."""
     if session in WRANGLER_SESSIONS:
         if role == "workerd-runtime":
             return "runtime"
         if role.startswith("workerd@"):
-            return "proxy" if "workerd-runtime" in roles else "runtime"
+            return "proxy" if proxy_apart(roles) else "runtime"
     elif role.startswith("workerd"):
         return "runtime"
     if role in ("node", "esbuild"):
@@ -154,7 +159,7 @@ def cpu_per_request(results, name, conns, clk):
         deltas = roles_delta(results, tag, session)
         for role, ticks in deltas.items():
             out[runtime_role(session, role, deltas)] += ticks / clk * 1000 / w["req"]
-        out["proxy_apart"] = "workerd-runtime" in deltas
+        out["proxy_apart"] = proxy_apart(deltas)
     mock = roles_delta(results, tag, "mock").get("mock", 0)
     out["mock"] = mock / clk * 1000 / w["req"]
     out["total"] = out["runtime"] + out["proxy"] + out["node"] + out["other"]

@@ -380,31 +380,16 @@ impl Stack {
 
     /// Copies the gateway's local R2 usage objects (through the report script's reader) into
     /// `out` and returns them by key.
-    /// Each stored R2 object's content type and custom metadata (JSON text), by key, read from
-    /// a copy of Miniflare's object index so the running runtime is not disturbed.
-    pub fn r2_metadata(&self) -> std::collections::BTreeMap<String, (String, String)> {
-        const READ: &str = r#"
-import json, shutil, sqlite3, sys, tempfile
-from pathlib import Path
-out = {}
-with tempfile.TemporaryDirectory() as tmp:
-    for db in sorted((Path(sys.argv[1]) / "v3/r2/miniflare-R2BucketObject").glob("*.sqlite")):
-        copy = Path(tmp) / db.name
-        for suffix in ("", "-wal", "-shm"):
-            if Path(str(db) + suffix).exists():
-                shutil.copyfile(str(db) + suffix, str(copy) + suffix)
-        con = sqlite3.connect(copy)
-        try:
-            rows = con.execute("SELECT key, http_metadata, custom_metadata FROM _mf_objects").fetchall()
-        except sqlite3.DatabaseError:
-            rows = []  # an index not yet written (as scripts/usage-report reads it)
-        con.close()
-        for key, http, custom in rows:
-            out[key] = [json.loads(http).get("contentType", ""), custom]
-print(json.dumps(out))
-"#;
-        let read = Command::new("python3").arg("-c").arg(READ).arg(&self.state).output().expect("run python3");
-        assert!(read.status.success(), "reading R2's index failed: {}", String::from_utf8_lossy(&read.stderr));
+    /// Each stored usage object's content type and custom metadata, by key, as
+    /// `scripts/usage-report --metadata` reads them from Miniflare's R2 index.
+    pub fn r2_metadata(&self) -> std::collections::BTreeMap<String, serde_json::Value> {
+        let read = Command::new(self.root.join("scripts/usage-report"))
+            .arg("--dir")
+            .arg(&self.state)
+            .arg("--metadata")
+            .output()
+            .expect("run scripts/usage-report");
+        assert!(read.status.success(), "usage-report --metadata failed: {}", String::from_utf8_lossy(&read.stderr));
         serde_json::from_slice(&read.stdout).expect("R2 metadata JSON")
     }
 

@@ -278,10 +278,9 @@ fn mixed_run_yields_one_priced_event_per_request() {
     let objects: Vec<_> = files.iter().filter(|(k, _)| k.starts_with("usage/")).collect();
     assert!(!objects.is_empty());
     for (key, body) in objects {
-        let (content_type, custom) = metadata.get(key).unwrap_or_else(|| panic!("{key} is not in R2's index"));
-        assert_eq!(content_type, "application/x-ndjson", "{key}");
-        let custom: Value = serde_json::from_str(custom).expect("custom metadata JSON");
-        assert_eq!(custom["events"], body.lines().count().to_string(), "{key}: {custom}");
+        let object = metadata.get(key).unwrap_or_else(|| panic!("{key} is not in R2's index"));
+        assert_eq!(object["content_type"], "application/x-ndjson", "{key}");
+        assert_eq!(object["custom"]["events"], body.lines().count().to_string(), "{key}: {object}");
     }
 
     let prices = prices();
