@@ -378,31 +378,17 @@ impl Stack {
         serde_json::from_str(&ureq::get(&url).call().expect("mock last").into_string().unwrap()).unwrap()
     }
 
-    /// Copies the gateway's local R2 usage objects (through the report script's reader) into
-    /// `out` and returns them by key.
     /// Each stored usage object's content type and custom metadata, by key, as
     /// `scripts/usage-report --metadata` reads them from Miniflare's R2 index.
     pub fn r2_metadata(&self) -> std::collections::BTreeMap<String, serde_json::Value> {
-        let read = Command::new(self.root.join("scripts/usage-report"))
-            .arg("--dir")
-            .arg(&self.state)
-            .arg("--metadata")
-            .output()
-            .expect("run scripts/usage-report");
-        assert!(read.status.success(), "usage-report --metadata failed: {}", String::from_utf8_lossy(&read.stderr));
-        serde_json::from_slice(&read.stdout).expect("R2 metadata JSON")
+        serde_json::from_slice(&self.usage_report(&["--metadata"])).expect("R2 metadata JSON")
     }
 
+    /// Copies the gateway's local R2 usage objects (through the report script's reader) into
+    /// `out` and returns them by key.
     pub fn exported_usage(&self, out: &Path) -> std::collections::BTreeMap<String, String> {
         let _ = std::fs::remove_dir_all(out);
-        let copied = Command::new(self.root.join("scripts/usage-report"))
-            .arg("--dir")
-            .arg(&self.state)
-            .arg("--copy-to")
-            .arg(out)
-            .output()
-            .expect("run scripts/usage-report");
-        assert!(copied.status.success(), "usage-report --copy-to failed: {}", String::from_utf8_lossy(&copied.stderr));
+        self.usage_report(&["--copy-to".as_ref(), out.as_os_str()]);
         let mut files = std::collections::BTreeMap::new();
         let mut dirs = vec![out.to_path_buf()];
         while let Some(dir) = dirs.pop() {
@@ -417,6 +403,18 @@ impl Stack {
             }
         }
         files
+    }
+
+    /// `scripts/usage-report --dir <local state> ARGS`, which must succeed; its stdout.
+    fn usage_report<A: AsRef<std::ffi::OsStr>>(&self, args: &[A]) -> Vec<u8> {
+        let run = Command::new(self.root.join("scripts/usage-report"))
+            .arg("--dir")
+            .arg(&self.state)
+            .args(args)
+            .output()
+            .expect("run scripts/usage-report");
+        assert!(run.status.success(), "usage-report failed: {}", String::from_utf8_lossy(&run.stderr));
+        run.stdout
     }
 
     /// `GET /admin/status` with `token`. The gateway refuses every admin request for a few seconds
