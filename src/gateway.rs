@@ -115,3 +115,61 @@ async fn idempotent(
         Entry::Proceed(claim) => claim.finish(door(which, rc, body, env, ctx).await).await,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::auth::headers::{CACHE_TTL, MAX_WAIT_MS, TIMEOUT_MS};
+    use crate::http::incoming::READ;
+    use crate::providers::rate_headers;
+    use std::path::Path;
+
+    /// Header names read with a literal anywhere in `src`: `header("…")`, `headers.get("…")`,
+    /// `headers.get_owned("…")` (a lower-case name of letters, digits and dashes).
+    fn literal_header_reads(dir: &Path, found: &mut Vec<(String, String)>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                literal_header_reads(&path, found);
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            for opener in ["header(\"", "headers.get(\"", "headers.get_owned(\""] {
+                for (at, _) in text.match_indices(opener) {
+                    let before = text[..at].chars().next_back();
+                    if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
+                        continue;
+                    }
+                    let rest = &text[at + opener.len()..];
+                    let name = &rest[..rest.find('"').unwrap_or(0)];
+                    if !name.is_empty()
+                        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                    {
+                        found.push((name.to_string(), path.display().to_string()));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_request_header_the_gateway_reads_is_fetched() {
+        // The request's headers are fetched by name (`http::incoming::READ`): one read elsewhere
+        // by a name not in that list would always see it absent.
+        for name in [TIMEOUT_MS, MAX_WAIT_MS, CACHE_TTL, crate::idempotency::HEADER] {
+            assert!(READ.contains(&name), "{name} is read from requests but not in http::incoming::READ");
+        }
+        let mut found = Vec::new();
+        literal_header_reads(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut found);
+        assert!(found.iter().any(|(n, _)| n == "x-claude-code-session-id"), "the scan sees the reads: {found:?}");
+        let vendor: Vec<&str> = rate_headers::READ.split('\n').collect();
+        for (name, file) in &found {
+            assert!(
+                READ.contains(&name.as_str()) || vendor.contains(&name.as_str()),
+                "{file} reads the header {name}, which neither http::incoming::READ nor rate_headers::READ fetches"
+            );
+        }
+    }
+}

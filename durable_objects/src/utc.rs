@@ -41,8 +41,31 @@ fn days_in_month(year: i64, month: u32) -> u32 {
 
 /// `YYYY-MM-DD` of the UTC day containing `ms`.
 pub fn date(ms: u64) -> String {
+    let mut out = String::with_capacity(24);
+    push_date(&mut out, ms);
+    out
+}
+
+/// Appends `YYYY-MM-DD`, digit by digit: every usage event writes two of these, and `format!`
+/// was most of building one in the bench profile.
+fn push_date(out: &mut String, ms: u64) {
     let (y, m, d) = civil_from_days((ms / MS_PER_DAY) as i64);
-    format!("{y:04}-{m:02}-{d:02}")
+    if (0..=9999).contains(&y) {
+        push_digits(out, y as u64, 4);
+    } else {
+        out.push_str(&format!("{y:04}"));
+    }
+    out.push('-');
+    push_digits(out, u64::from(m), 2);
+    out.push('-');
+    push_digits(out, u64::from(d), 2);
+}
+
+/// The last `width` decimal digits of `n`, zero-padded.
+fn push_digits(out: &mut String, n: u64, width: u32) {
+    for place in (0..width).rev() {
+        out.push(char::from(b'0' + (n / 10u64.pow(place) % 10) as u8));
+    }
 }
 
 /// The UTC hour (0-23) containing `ms`.
@@ -53,14 +76,18 @@ pub fn hour(ms: u64) -> u8 {
 /// `YYYY-MM-DDTHH:MM:SS.mmmZ`.
 pub fn iso_ms(ms: u64) -> String {
     let in_day = ms % MS_PER_DAY;
-    format!(
-        "{}T{:02}:{:02}:{:02}.{:03}Z",
-        date(ms),
-        in_day / 3_600_000,
-        in_day / 60_000 % 60,
-        in_day / 1_000 % 60,
-        in_day % 1_000
-    )
+    let mut out = String::with_capacity(24);
+    push_date(&mut out, ms);
+    out.push('T');
+    push_digits(&mut out, in_day / 3_600_000, 2);
+    out.push(':');
+    push_digits(&mut out, in_day / 60_000 % 60, 2);
+    out.push(':');
+    push_digits(&mut out, in_day / 1_000 % 60, 2);
+    out.push('.');
+    push_digits(&mut out, in_day % 1_000, 3);
+    out.push('Z');
+    out
 }
 
 /// Parses `YYYY-MM-DDTHH:MM:SSZ` (optionally with `.f` to `.fff` fractions) in UTC, from 1970 on.
@@ -118,6 +145,43 @@ mod tests {
         assert_eq!(date(951_782_400_000), "2000-02-29");
         assert_eq!(hour(1_721_260_800_000 + 13 * 3_600_000 + 59 * 60_000), 13);
         assert_eq!(hour(1_721_260_800_000 - 1), 23);
+    }
+
+    /// What `date` and `iso_ms` wrote with `format!` before they wrote digit by digit.
+    fn reference_iso(ms: u64) -> String {
+        let (y, m, d) = civil_from_days((ms / MS_PER_DAY) as i64);
+        let in_day = ms % MS_PER_DAY;
+        format!(
+            "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+            in_day / 3_600_000,
+            in_day / 60_000 % 60,
+            in_day / 1_000 % 60,
+            in_day % 1_000
+        )
+    }
+
+    #[test]
+    fn digit_by_digit_writes_what_format_wrote() {
+        // Every hour of a leap cycle at odd offsets, the edges of the day, and years past 9999.
+        let start = parse_rfc3339_ms("1999-12-31T00:00:00Z").unwrap();
+        let mut instants: Vec<u64> =
+            (0..4 * 366 * 24).map(|h| start + h * 3_600_000 + h * 61_001 % 3_600_000).collect();
+        instants.extend([
+            0,
+            1,
+            999,
+            1_000,
+            MS_PER_DAY - 1,
+            MS_PER_DAY,
+            253_402_300_799_999,
+            253_402_300_800_000,
+            u64::MAX / 4,
+        ]);
+        for ms in instants {
+            let want = reference_iso(ms);
+            assert_eq!(iso_ms(ms), want, "{ms}");
+            assert_eq!(date(ms), want[..want.find('T').unwrap()], "{ms}");
+        }
     }
 
     #[test]

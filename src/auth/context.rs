@@ -3,6 +3,7 @@
 use crate::config::keys::KeyRecord;
 use crate::http::header_map::HeaderMap;
 use crate::support::clock::now_ms;
+use crate::support::entropy;
 use std::rc::Rc;
 use worker::Env;
 
@@ -33,7 +34,7 @@ pub struct RequestContext {
 
 pub fn random_u64() -> u64 {
     let mut bytes = [0u8; 8];
-    if getrandom::getrandom(&mut bytes).is_err() {
+    if !entropy::fill(&mut bytes) {
         return now_ms().wrapping_mul(0x9e37_79b9_7f4a_7c15);
     }
     u64::from_le_bytes(bytes)
@@ -62,7 +63,7 @@ thread_local! {
 /// A request id from 12 random bytes, hex.
 pub fn new_request_id() -> String {
     let mut bytes = [0u8; 12];
-    if getrandom::getrandom(&mut bytes).is_err() {
+    if !entropy::fill(&mut bytes) {
         // No entropy source: time plus a per-isolate counter still never repeats within an isolate.
         let n = FALLBACK_COUNTER.with(|c| {
             c.set(c.get() + 1);

@@ -115,7 +115,7 @@ pub fn hash_key(secret: &str) -> String {
 }
 
 pub fn kv_name(secret: &str) -> String {
-    format!("{KEY_PREFIX}{}", hash_key(secret))
+    [KEY_PREFIX, &hash_key(secret)].concat()
 }
 
 /// The id that names a key's limiter, from its KV name (`key:<hash>`): a prefix of the hash.

@@ -57,7 +57,7 @@ pub struct AppliedPrice<'a> {
 impl AppliedPrice<'_> {
     /// `<key>@<effective_from>`: stable, because an entry in force is never edited (see `history_changes`).
     pub fn version(&self) -> String {
-        format!("{}@{}", self.key, self.entry.effective_from)
+        [self.key, "@", &self.entry.effective_from].concat()
     }
 }
 

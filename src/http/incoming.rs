@@ -1,9 +1,36 @@
-//! The client's request as the runtime hands it over, read once: method, path, query and every
-//! header in three calls into JS. worker's `Request` wrapper would also read the `cf` object and
-//! parse the URL with the `url` crate, and every header lookup through it is two more calls.
+//! The client's request as the runtime hands it over, read once: method, path, query and the
+//! headers the gateway reads in three calls into JS. worker's `Request` wrapper would also read
+//! the `cf` object and parse the URL with the `url` crate, and every header lookup through it is
+//! two more calls.
 
 use crate::http::header_map::HeaderMap;
+use worker::wasm_bindgen::JsValue;
 use worker::{web_sys, ByteStream, Method};
+
+/// Every request header the gateway reads (a header not named here reads as absent; a unit test
+/// in `gateway` holds every literal header name in the source to this list or the vendor's).
+pub const READ: &[&str] = &[
+    "authorization",
+    "x-api-key",
+    "content-length",
+    "cache-control",
+    "idempotency-key",
+    "x-gateway-priority",
+    "x-gateway-task",
+    "x-gateway-tags",
+    "x-gateway-timeout-ms",
+    "x-gateway-max-wait-ms",
+    "x-gateway-cache-ttl",
+    "x-session-id",
+    "anthropic-version",
+    "anthropic-beta",
+    "x-claude-code-session-id",
+];
+
+thread_local! {
+    /// `READ` as one JS string, made once per isolate.
+    static READ_NAMES: JsValue = JsValue::from_str(&READ.join("\n"));
+}
 
 pub struct Incoming {
     raw: web_sys::Request,
@@ -17,7 +44,8 @@ pub struct Incoming {
 impl Incoming {
     pub fn new(raw: web_sys::Request) -> Incoming {
         let (path, query) = split_url(&raw.url());
-        Incoming { method: Method::from(raw.method()), path, query, headers: HeaderMap::of(&raw.headers()), raw }
+        let headers = READ_NAMES.with(|names| HeaderMap::of_named(&raw.headers(), names));
+        Incoming { method: Method::from(raw.method()), path, query, headers, raw }
     }
 
     /// The whole body in one `arrayBuffer()` call.

@@ -1,6 +1,7 @@
 //! What every layer may use: structured logs, redaction, the one clock.
 
 pub mod clock;
+pub mod entropy;
 pub mod log;
 pub mod lone_surrogates;
 pub mod redact;

@@ -103,13 +103,16 @@ async fn lines_of(env: &Env, items: Vec<Pending>) -> Vec<(u64, String)> {
     lines
 }
 
+/// An event's line is about 900 bytes: written into room for it, not grown from serde_json's 128.
+const LINE_CAPACITY: usize = 1536;
+
 fn line_of(event: &UsageEvent) -> Option<String> {
-    match serde_json::to_string(event) {
+    let mut line = Vec::with_capacity(LINE_CAPACITY);
+    let written = serde_json::to_writer(&mut line, event).map_err(|e| e.to_string());
+    match written.and_then(|()| String::from_utf8(line).map_err(|e| e.to_string())) {
         Ok(line) => Some(line),
         Err(e) => {
-            crate::support::log::error(
-                serde_json::json!({"event": "usage_send_failed", "error": e.to_string(), "usage": event}),
-            );
+            crate::support::log::error(serde_json::json!({"event": "usage_send_failed", "error": e, "usage": event}));
             None
         }
     }
