@@ -47,7 +47,7 @@ pub fn date(ms: u64) -> String {
 }
 
 /// Appends `YYYY-MM-DD`, digit by digit: every usage event writes two of these, and `format!`
-/// was most of building one in the bench profile.
+/// was the largest part of building one in the bench profile.
 fn push_date(out: &mut String, ms: u64) {
     let (y, m, d) = civil_from_days((ms / MS_PER_DAY) as i64);
     if (0..=9999).contains(&y) {

@@ -1,6 +1,6 @@
 //! Random bytes for request ids and routing draws, taken from a per-isolate pool that one
-//! `crypto.getRandomValues` call refills: two calls per request cost about 25 µs of CPU in the
-//! bench profile, the pool about one call per 20 requests.
+//! `getrandom` call refills: each call is a new typed array, `crypto.getRandomValues` and a copy
+//! into wasm, twice per request before; with the pool about once per 25 requests.
 
 use std::cell::RefCell;
 
