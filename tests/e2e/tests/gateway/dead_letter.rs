@@ -64,6 +64,16 @@ fn events_r2_keeps_refusing_are_parked_with_their_error_and_counted() {
         }
     }
     assert!(parked_lines >= REQUESTS, "{parked_lines} parked");
+    // Each parked copy says in R2 what it holds and why it is there (the status counts read it).
+    let metadata = s.r2_metadata();
+    for (key, body) in files.iter().filter(|(k, _)| k.starts_with("usage-dlq/")) {
+        let object = metadata.get(key).unwrap_or_else(|| panic!("{key} is not in R2's index"));
+        assert_eq!(object["content_type"], "application/x-ndjson", "{key}");
+        assert_eq!(object["custom"]["events"], body.lines().count().to_string(), "{key}: {object}");
+        assert_eq!(object["custom"]["redelivered"], "false", "{key}: {object}");
+        let error = object["custom"]["error"].as_str().unwrap_or_default();
+        assert!(error.contains("injected fault"), "{key}: {object}");
+    }
     let v = request("GET", &s.url("/admin/status"), Some("dev-admin-token"), None).json();
     let dlq = &v["usage_dead_letter"];
     assert_eq!(dlq["events"].as_u64(), Some(parked_lines as u64), "{v}");
