@@ -51,7 +51,7 @@ pub const CORRELATION_HEADER: &str = "x-client-request-id";
 // timer for both waits, in JS. From wasm each of these was a promise (or a timer closure) woken
 // through the futures queue: four per JSON answer instead of one.
 #[wasm_bindgen(inline_js = "
-export function exchange(url, headerText, body, headersMs, bodyMs, limit, stream, read) {
+export function exchange(url, headerText, body, headersMs, bodyMs, limit, stream) {
   const headers = Object.create(null);
   const p = headerText.split('\\n');
   for (let i = 0; i + 1 < p.length; i += 2) headers[p[i]] = p[i + 1];
@@ -60,7 +60,7 @@ export function exchange(url, headerText, body, headersMs, bodyMs, limit, stream
   return new Promise((resolve) => {
     let got = null, done = false, timer;
     const finish = (out) => { if (!done) { done = true; clearTimeout(timer); resolve(out); } };
-    const described = (res, out) => { out.status = res.status; out.headers = text_of(res.headers, read); return out; };
+    const described = (res, out) => { out.status = res.status; out.headers = res.headers; return out; };
     const expire = () => {
       if (done) return;
       if (got === null) { done = true; ctl.abort(); resolve({ kind: 1 }); return; }
@@ -106,14 +106,6 @@ export function exchange(url, headerText, body, headersMs, bodyMs, limit, stream
     }, (e) => finish({ kind: 3, error: String(e) }));
   });
 }
-// Only the names the gateway reads, split once per isolate (the list is one string object).
-let readText = '', readNames = [];
-function text_of(h, read) {
-  if (read !== readText) { readText = read; readNames = read.split('\\n'); }
-  let s = '';
-  for (const k of readNames) { const v = h.get(k); if (v !== null) s += k + '\\n' + v + '\\n'; }
-  return s;
-}
 ")]
 extern "C" {
     /// Sends the call and settles with an `Exchanged` (never rejects); a header the runtime
@@ -127,7 +119,6 @@ extern "C" {
         body_ms: f64,
         limit: f64,
         stream: bool,
-        read: &JsValue,
     ) -> Result<js_sys::Promise, JsValue>;
 
     /// What `exchange` settled with.
@@ -139,7 +130,7 @@ extern "C" {
     #[wasm_bindgen(method, getter)]
     fn status(this: &Exchanged) -> u16;
     #[wasm_bindgen(method, getter)]
-    fn headers(this: &Exchanged) -> String;
+    fn headers(this: &Exchanged) -> web_sys::Headers;
     #[wasm_bindgen(method, getter)]
     fn body(this: &Exchanged) -> Option<Uint8Array>;
     #[wasm_bindgen(method, getter)]
@@ -153,7 +144,7 @@ extern "C" {
 }
 
 thread_local! {
-    /// The vendor headers to hand over, made a JS string once per isolate instead of per call.
+    /// The vendor headers the gateway reads (`rate_headers::READ`), made a JS string once per isolate.
     static READ_NAMES: JsValue = JsValue::from_str(rate_headers::READ);
 }
 
@@ -177,20 +168,16 @@ pub async fn send(
     for (name, value) in &call.headers {
         text.add(name, value).map_err(invalid)?;
     }
-    let promise = READ_NAMES
-        .with(|read| {
-            exchange(
-                &call.url,
-                text.as_str(),
-                call.body.as_bytes(),
-                headers.ms as f64,
-                body.ms as f64,
-                limit.max() as f64,
-                stream,
-                read,
-            )
-        })
-        .map_err(|e| invalid(worker::Error::from(e).to_string()))?;
+    let promise = exchange(
+        &call.url,
+        text.as_str(),
+        call.body.as_bytes(),
+        headers.ms as f64,
+        body.ms as f64,
+        limit.max() as f64,
+        stream,
+    )
+    .map_err(|e| invalid(worker::Error::from(e).to_string()))?;
     let out: Exchanged = match JsFuture::from(promise).await {
         Ok(value) => value.unchecked_into(),
         Err(e) => {
@@ -214,7 +201,7 @@ pub async fn send(
     };
     Ok(UpstreamResponse {
         status: out.status(),
-        headers: HeaderMap::parse(out.headers()),
+        headers: READ_NAMES.with(|names| HeaderMap::of_named(&out.headers(), names)),
         reader: out.reader(),
         body: read,
         abort: AbortHandle(out.abort()),

@@ -8,7 +8,7 @@ use std::cell::RefCell;
 const POOL_BYTES: usize = 512;
 
 /// A buffer of random bytes handed out once each, refilled from `source` when it runs dry.
-pub struct Pool {
+struct Pool {
     bytes: [u8; POOL_BYTES],
     /// Bytes before this index are spent (zeroed); it starts at the end, so the first draw refills.
     next: usize,
@@ -23,7 +23,7 @@ impl Default for Pool {
 impl Pool {
     /// Fills `out` with unspent bytes, refilling from `source` as needed; false when the source
     /// fails (`out` then holds no meaning: the caller falls back as it would without a pool).
-    pub fn fill<E>(&mut self, out: &mut [u8], mut source: impl FnMut(&mut [u8]) -> Result<(), E>) -> bool {
+    fn fill<E>(&mut self, out: &mut [u8], mut source: impl FnMut(&mut [u8]) -> Result<(), E>) -> bool {
         let mut done = 0;
         while done < out.len() {
             if self.next == POOL_BYTES {
