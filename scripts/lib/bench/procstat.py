@@ -2,7 +2,8 @@
 """CPU time and RSS of the processes in some sessions, grouped by role.
 
 usage: procstat.py NAME=SESSION_ID...
-prints one JSON object: {NAME: {role: {"ticks": utime+stime in clock ticks, "rss_kb": N, "n": processes}}}
+prints one JSON object: {NAME: {role: {"ticks": utime+stime in clock ticks, "rss_kb": N, "minflt": minor page
+faults, "n": processes}}}
 
 Roles: workerd-runtime (the workerd behind wrangler dev's proxy, on an ephemeral entry port),
 workerd@PORT (a workerd miniflare started serving PORT: wrangler dev's proxy, or a standalone
@@ -38,9 +39,10 @@ def stat(pid: str):
     sid = int(rest[3])
     ticks = int(rest[11]) + int(rest[12])
     rss_kb = int(rest[21]) * os.sysconf("SC_PAGE_SIZE") // 1024
+    minflt = int(rest[7])
     with open(f"/proc/{pid}/cmdline", "rb") as f:
         cmdline = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
-    return sid, ticks, rss_kb, cmdline
+    return sid, ticks, rss_kb, minflt, cmdline
 
 
 def main() -> None:
@@ -53,14 +55,15 @@ def main() -> None:
         if not pid.isdigit():
             continue
         try:
-            sid, ticks, rss_kb, cmdline = stat(pid)
+            sid, ticks, rss_kb, minflt, cmdline = stat(pid)
         except (OSError, IndexError, ValueError):
             continue
         if sid not in wanted:
             continue
-        slot = out[wanted[sid]].setdefault(role_of(cmdline), {"ticks": 0, "rss_kb": 0, "n": 0})
+        slot = out[wanted[sid]].setdefault(role_of(cmdline), {"ticks": 0, "rss_kb": 0, "minflt": 0, "n": 0})
         slot["ticks"] += ticks
         slot["rss_kb"] += rss_kb
+        slot["minflt"] += minflt
         slot["n"] += 1
     print(json.dumps(out))
 

@@ -166,6 +166,22 @@ def cpu_per_request(results, name, conns, clk):
     return out
 
 
+def faults_per_request(results, name, conns):
+    """Minor page faults per request in the runtime serving `name` during its c=`conns` run (fresh
+    pages: on this VM each one is a trip to the host, so a process whose memory grows pays for it)."""
+    session = TARGETS[name][0]
+    w = wrk(results, name, conns)
+    if session == "mock" or not w or not w["req"]:
+        return None
+    tag = f"{name}.c{conns}"
+    before = load(os.path.join(results, f"{tag}.before.json"), {}).get(session, {})
+    after = load(os.path.join(results, f"{tag}.after.json"), {}).get(session, {})
+    deltas = {r: after[r]["ticks"] - before.get(r, {"ticks": 0})["ticks"] for r in after}
+    faults = sum(after[r].get("minflt", 0) - before.get(r, {}).get("minflt", 0)
+                 for r in after if runtime_role(session, r, deltas) == "runtime")
+    return faults / (w["req"] + warmup_requests(results, name, conns))
+
+
 def peak_rss_mib(results, name, conns, which="runtime", port=None):
     """Peak RSS (MiB) of the runtime workerd serving NAME during its run."""
     session = TARGETS[name][0]
@@ -309,6 +325,14 @@ def render(results):
             p(f"| {TARGETS[name][1]} | {c:.3f} | {c - pt_cpu:+.3f} | {rps(w[conns]['rps'])} | {w[conns]['rps'] / pt[conns]['rps']:.2f}× "
               f"| {ms(w[1]['p50'])} | {signed(w[1]['p50'] - pt[1]['p50'])} |")
         p("")
+        faults = [(TARGETS[n][1].split(" (")[0], faults_per_request(results, n, conns)) for n in
+                  ("mf_passthrough", "mf_gateway", "mf_gateway_noconsumer", "mf_gateway_nolog_noqueue") if W.get(n)]
+        faults = [(label, f) for label, f in faults if f is not None]
+        if faults:
+            p(f"Minor page faults per request in the process serving each (c={conns} run; a fresh page is a trip to "
+              "this VM's host, so a process whose memory grows pays for each): "
+              + "; ".join(f"{label}: {f:.2f}" for label, f in faults) + ".")
+            p("")
         sp_cpu, sg_cpu = cpu_of("mf_passthrough_stream"), cpu_of("mf_gateway_stream")
         sr_cpu, sn_cpu = cpu_of("mf_relay_stream"), cpu_of("mf_native_stream")
         if sp_cpu and sg_cpu:
