@@ -77,10 +77,11 @@ def wrk(results, name, conns):
             "p50": p50, "p90": p90, "p99": p99, "p999": p999, "mean": mean}
 
 
-def roles_delta(results, tag, session):
+def roles_delta(results, tag, session, field="ticks"):
+    """`field` (procstat's `ticks` or `minflt`) gained by each of the session's roles over run `tag`."""
     before = load(os.path.join(results, f"{tag}.before.json"), {}).get(session, {})
     after = load(os.path.join(results, f"{tag}.after.json"), {}).get(session, {})
-    return {r: after[r]["ticks"] - before.get(r, {"ticks": 0})["ticks"] for r in after}
+    return {r: after[r].get(field, 0) - before.get(r, {}).get(field, 0) for r in after}
 
 
 def proxy_apart(roles):
@@ -174,11 +175,9 @@ def faults_per_request(results, name, conns):
     if session == "mock" or not w or not w["req"]:
         return None
     tag = f"{name}.c{conns}"
-    before = load(os.path.join(results, f"{tag}.before.json"), {}).get(session, {})
-    after = load(os.path.join(results, f"{tag}.after.json"), {}).get(session, {})
-    deltas = {r: after[r]["ticks"] - before.get(r, {"ticks": 0})["ticks"] for r in after}
-    faults = sum(after[r].get("minflt", 0) - before.get(r, {}).get("minflt", 0)
-                 for r in after if runtime_role(session, r, deltas) == "runtime")
+    deltas = roles_delta(results, tag, session)
+    faults = sum(f for r, f in roles_delta(results, tag, session, "minflt").items()
+                 if runtime_role(session, r, deltas) == "runtime")
     return faults / (w["req"] + warmup_requests(results, name, conns))
 
 
