@@ -2,6 +2,7 @@
 // wrangler's own unstable_getMiniflareWorkerOptions, KV seeded after start) and the floor worker.
 // Shared by miniflare.cjs (the long-running targets) and coldstart.cjs (fresh isolates).
 "use strict";
+require("./v8flags.cjs");
 const fs = require("fs");
 const path = require("path");
 const root = process.env.ROOT;
