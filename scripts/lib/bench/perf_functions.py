@@ -15,26 +15,11 @@ import collections
 import re
 import sys
 
-HZ = 2000
-FRAME = re.compile(r"\s*[0-9a-f]+ (.*) \(([^()]*)\)$")
+from perf_split import HZ, samples  # the same `perf script` reading as the per-process split
+
 TIER = re.compile(r"-\d+-(turbofan|maglev|liftoff|sparkplug|none)$")
 JS_TIER = re.compile(r"^JS:[*+^~']+")
 HASH = re.compile(r"::h[0-9a-f]{16}")
-
-
-def samples(path):
-    stack = []
-    for line in open(path, errors="replace"):
-        if not line.startswith(("\t", " ")):
-            if stack:
-                yield stack
-            stack = []
-            continue
-        m = FRAME.match(line.rstrip("\n"))
-        if m:
-            stack.append((m.group(1), m.group(2)))
-    if stack:
-        yield stack
 
 
 def name(sym):
