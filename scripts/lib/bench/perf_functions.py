@@ -47,11 +47,8 @@ def profile(path, requests):
         sym, dso = stack[0]
         kinds[kind(sym, dso)] += per
         self_time[name(sym)] += per
-        seen = set()
-        for s, d in stack:
-            if s.startswith("JS:") and name(s) not in seen:
-                seen.add(name(s))
-                inclusive[name(s)] += per
+        for f in {name(s) for s, _ in stack if s.startswith("JS:")}:
+            inclusive[f] += per
     return total * per, kinds, self_time, inclusive
 
 
