@@ -11,7 +11,7 @@
 //! step}`, `http::{error, codes, sse}`, `support::redact`. The platform shell: `gateway`,
 //! `endpoints`, `auth`, `config::store`, `cache::store`, `idempotency::gate`, `limits::{admission,
 //! budget}`, `pipeline::{run, stream, upstream, report, attempt}`, `usage::{queue, dead_letter}`, `http::io`,
-//! `support::{clock, log}`.
+//! `support::{clock, log, promise}`.
 
 pub mod auth;
 pub mod cache;

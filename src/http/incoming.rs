@@ -65,7 +65,7 @@ pub async fn array_buffer(
     promise: Result<worker::js_sys::Promise, worker::wasm_bindgen::JsValue>,
 ) -> Result<Vec<u8>, worker::Error> {
     use worker::wasm_bindgen::JsCast;
-    let buffer: worker::js_sys::ArrayBuffer = worker::js_sys::futures::JsFuture::from(promise?).await?.unchecked_into();
+    let buffer: worker::js_sys::ArrayBuffer = crate::support::promise::settled(&promise?).await?.unchecked_into();
     Ok(worker::js_sys::Uint8Array::new(&buffer).to_vec())
 }
 

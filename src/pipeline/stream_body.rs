@@ -4,7 +4,7 @@
 
 use crate::pipeline::timeouts::Wait;
 use crate::providers::UpstreamError;
-use worker::js_sys::futures::JsFuture;
+use crate::support::promise;
 use worker::js_sys::{self, Uint8Array};
 use worker::wasm_bindgen::prelude::wasm_bindgen;
 use worker::wasm_bindgen::{JsCast, JsValue};
@@ -150,7 +150,7 @@ impl BodyReader {
     /// vendor's connection is reused (a cancelled one is closed: one new connection per stream).
     pub async fn drain(mut self) {
         self.cancel_on_drop = false;
-        let _ = JsFuture::from(drain_reader(&self.reader, DRAIN_MS, DRAIN_MAX_BYTES)).await;
+        let _ = promise::settled(&drain_reader(&self.reader, DRAIN_MS, DRAIN_MAX_BYTES)).await;
     }
 }
 
@@ -172,7 +172,7 @@ impl Drop for BodyReader {
 // `ByteStream` with a `Delay` beside it was a read promise, a timer closure and two timer calls.
 /// The next chunk of a streamed body, or the wait's expiry.
 pub async fn next_chunk(reader: &BodyReader, wait: Wait) -> Result<Option<Vec<u8>>, UpstreamError> {
-    let read = JsFuture::from(read_chunk(&reader.reader, wait.ms as f64)).await.unwrap_or(JsValue::UNDEFINED);
+    let read = promise::settled(&read_chunk(&reader.reader, wait.ms as f64)).await.unwrap_or(JsValue::UNDEFINED);
     if read.is_null() {
         return Ok(None);
     }

@@ -7,7 +7,7 @@ use crate::pipeline::answer_limit::AnswerLimit;
 use crate::pipeline::stream_body::BodyReader;
 use crate::pipeline::timeouts::Wait;
 use crate::providers::{rate_headers, ErrorClass, UpstreamCall, UpstreamError};
-use worker::js_sys::futures::JsFuture;
+use crate::support::promise;
 use worker::js_sys::{self, Uint8Array};
 use worker::wasm_bindgen::prelude::wasm_bindgen;
 use worker::wasm_bindgen::{JsCast, JsValue};
@@ -168,7 +168,7 @@ pub async fn send(
     for (name, value) in &call.headers {
         text.add(name, value).map_err(invalid)?;
     }
-    let promise = exchange(
+    let pending = exchange(
         &call.url,
         text.as_str(),
         call.body.as_bytes(),
@@ -178,7 +178,7 @@ pub async fn send(
         stream,
     )
     .map_err(|e| invalid(worker::Error::from(e).to_string()))?;
-    let out: Exchanged = match JsFuture::from(promise).await {
+    let out: Exchanged = match promise::settled(&pending).await {
         Ok(value) => value.unchecked_into(),
         Err(e) => {
             return Err(failure(

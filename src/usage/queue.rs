@@ -3,13 +3,14 @@
 use crate::config;
 use crate::config::prices;
 use crate::support::clock::now_ms;
+use crate::support::promise;
 use crate::usage::event::UsageEvent;
 use crate::usage::export::{self, ExportObject};
 use crate::usage::record::RequestOutcome;
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
-use worker::js_sys::{self, futures::JsFuture};
+use worker::js_sys;
 use worker::wasm_bindgen::prelude::wasm_bindgen;
 use worker::wasm_bindgen::JsValue;
 use worker::{Bucket, Context, Delay, Env, MessageBatch, MessageExt, QueueRetryOptionsBuilder, RawMessage};
@@ -202,7 +203,7 @@ async fn send_batch_once(env: &Env, bodies: &[String]) -> Result<(), String> {
     let text = bodies.join(&MESSAGE_SEPARATOR.to_string());
     let sent = send_lines(env, QUEUE_BINDING, &text)
         .map_err(|e| format!("queue binding {QUEUE_BINDING}: {}", worker::Error::from(e)))?;
-    JsFuture::from(sent).await.map(|_| ()).map_err(|e| worker::Error::from(e).to_string())
+    promise::settled(&sent).await.map(|_| ()).map_err(|e| worker::Error::from(e).to_string())
 }
 
 /// Stores a batch as one NDJSON object per partition; acks a message only once its object is in
@@ -304,7 +305,7 @@ pub async fn put(bucket: &Bucket, key: &str, body: &str, metadata: &[(&str, &str
             Delay::from(Duration::from_millis(PUT_FIRST_DELAY_MS * 4u64.pow(attempt - 1))).await;
         }
         let result = match put_ndjson(bucket.as_ref(), key, body.as_bytes(), export::CONTENT_TYPE, &metadata) {
-            Ok(promise) => JsFuture::from(promise).await.map(|_| ()),
+            Ok(sent) => promise::settled(&sent).await.map(|_| ()),
             Err(e) => Err(e),
         };
         match result {
