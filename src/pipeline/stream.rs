@@ -132,7 +132,7 @@ impl Settlement {
         });
         // The report is sent as the client's stream closes; a timer turn lets the runtime write
         // the last bytes before this work runs, instead of after it in the same microtask drain.
-        worker::Delay::from(std::time::Duration::ZERO).await;
+        crate::support::promise::sleep(0).await;
         let AfterStream { mut outcome, cache_store, env } = self.after;
         if let (Some(body), Some(slot)) = (report.assembled.as_deref(), cache_store) {
             if let Some(answer) = slot.entry(body, report.usage, &self.deployment_id, now_ms()) {

@@ -1,6 +1,7 @@
 //! Awaiting a JS promise through one callback per isolate that settles a numbered slot, instead
 //! of `JsFuture`'s two fresh closures per await (each a JS function registered with a
-//! `FinalizationRegistry` and freed again by a call into wasm: 4.8 per JSON request).
+//! `FinalizationRegistry` and freed again by a call into wasm: 4.8 per JSON request); and short
+//! waits on a timer the same way.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -15,10 +16,15 @@ use worker::wasm_bindgen::JsValue;
 export function settle_into(promise, slot, done) {
   promise.then((value) => done(slot, value, true), (error) => done(slot, error, false));
 }
+export function after(ms) {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
 ")]
 extern "C" {
     /// Calls `done(slot, value, ok)` once `promise` settles.
     fn settle_into(promise: &Promise, slot: u32, done: &JsValue);
+    /// Resolves after `ms` (a timer of the calling request's own).
+    fn after(ms: f64) -> Promise;
 }
 
 /// An await in flight: who waits for it, or what it settled with.
@@ -105,6 +111,12 @@ pub fn settled(promise: &Promise) -> Settled {
     let slot = SLOTS.with(|slots| slots.borrow_mut().open());
     DONE.with(|done| settle_into(promise, slot, done));
     Settled { slot }
+}
+
+/// Waits `ms` on a timer without a closure of its own (`worker::Delay` makes one per wait); the
+/// timer runs out even if the wait is dropped.
+pub async fn sleep(ms: u64) {
+    let _ = settled(&after(ms as f64)).await;
 }
 
 impl Future for Settled {

@@ -132,7 +132,7 @@ pub async fn send(env: &Env, event: &UsageEvent) {
 }
 
 async fn flush(env: Env, lines: Lines) {
-    Delay::from(Duration::from_millis(BATCH_WINDOW_MS)).await;
+    promise::sleep(BATCH_WINDOW_MS).await;
     // Close this batch before sending: events from now on start the next one.
     OPEN.with(|open| {
         let mut open = open.borrow_mut();
