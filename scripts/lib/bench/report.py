@@ -40,6 +40,8 @@ TARGETS = {
     "mf_gateway_stream": ("miniflare", "gateway, the same stream (`bench-stream`)"),
     "mf_gateway_noconsumer": ("miniflare", "experiment: gateway whose usage-queue consumer only acks (no export to R2)"),
     "mf_gateway_nolog_noqueue": ("miniflare", "experiment: gateway with `console.log` and the usage queue's `send` stubbed out"),
+    "mf_rust_plain": ("miniflare", "relay worker in Rust: the JS relay's work, workers-rs used as its docs show"),
+    "mf_rust_lean": ("miniflare", "relay worker in Rust with the gateway's I/O (body, exchange, response: one call into JS each)"),
 }
 # BENCH_COMPARE's rounds: this build and the other, alternating.
 for _round in range(1, 10):
@@ -48,6 +50,8 @@ for _round in range(1, 10):
     TARGETS[f"mf_passthrough_r{_round}"] = ("miniflare", f"passthrough worker (round {_round})")
     TARGETS[f"mf_gateway_noconsumer_r{_round}"] = ("miniflare", f"experiment: consumer only acks (round {_round})")
     TARGETS[f"mf_gateway_nolog_noqueue_r{_round}"] = ("miniflare", f"experiment: queue `send` and `console.log` stubbed (round {_round})")
+    TARGETS[f"mf_rust_plain_r{_round}"] = ("miniflare", f"relay worker in Rust, workers-rs plainly (round {_round})")
+    TARGETS[f"mf_rust_lean_r{_round}"] = ("miniflare", f"relay worker in Rust, lean (round {_round})")
     TARGETS[f"mf_gateway_stream_r{_round}"] = ("miniflare", f"gateway, a stream (BENCH_COMPARE: this build, round {_round})")
     TARGETS[f"mf_compare_stream_r{_round}"] = ("miniflare", f"gateway, a stream (BENCH_COMPARE: the other build, round {_round})")
 HARNESS = {"mock": "—", "floor": "wrangler dev", "gateway": "wrangler dev", "floor_ni": "wrangler dev, inspector detached ²",
@@ -136,6 +140,44 @@ def experiment_rounds(cpu_of):
                (("gw", "mf_gateway"), ("noconsumer", "mf_gateway_noconsumer"), ("noqueue", "mf_gateway_nolog_noqueue"))}
         if all(row.values()):
             out.append(row)
+    return out
+
+
+def rust_rounds(W, cpu_of):
+    """The passthrough, the two Rust relays and the gateway of each round: CPU ms per request and c=1 p50."""
+    out = []
+    for i in range(1, 10):
+        names = {k: in_round(n, i) for k, n in
+                 (("pt", "mf_passthrough"), ("plain", "mf_rust_plain"), ("lean", "mf_rust_lean"), ("gw", "mf_gateway"))}
+        cpu = {k: cpu_of(n) for k, n in names.items()}
+        p50 = {k: W[n][1]["p50"] for k, n in names.items() if W.get(n) and W[n].get(1)}
+        if all(cpu.values()) and len(p50) == len(names):
+            out.append({"cpu": cpu, "p50": p50})
+    return out
+
+
+def rust_section(W, cpu_of, conns):
+    """The Rust relays' rounds as a table and its medians (no lines when they were not measured)."""
+    rust = rust_rounds(W, cpu_of)
+    if not rust:
+        return []
+    out = ["**The relay in Rust** (`scripts/lib/bench/rust_relay`: the JS relay worker's work compiled to wasm and built as "
+           "the gateway is; measured in the same alternating rounds; CPU ms per request at "
+           f"c={conns}, and c=1 p50 in ms):", "",
+           "| round | passthrough CPU | Rust relay, plain | Rust relay, lean | gateway | c=1 p50: passthrough | plain | lean | gateway |",
+           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for i, r in enumerate(rust, 1):
+        c, l = r["cpu"], r["p50"]
+        out.append(f"| {i} | {c['pt']:.3f} | {c['plain']:.3f} | {c['lean']:.3f} | {c['gw']:.3f} | "
+                   f"{l['pt']:.3f} | {l['plain']:.3f} | {l['lean']:.3f} | {l['gw']:.3f} |")
+
+    def med(kind, a, b):
+        return statistics.median(r[kind][a] - r[kind][b] for r in rust)
+
+    out += ["", f"Medians of the rounds, over the passthrough: the plain Rust relay {med('cpu', 'plain', 'pt'):+.3f} ms of CPU "
+            f"and {med('p50', 'plain', 'pt'):+.3f} ms at c=1; the lean one {med('cpu', 'lean', 'pt'):+.3f} and "
+            f"{med('p50', 'lean', 'pt'):+.3f}; the gateway over the lean relay {med('cpu', 'gw', 'lean'):+.3f} ms of CPU and "
+            f"{med('p50', 'gw', 'lean'):+.3f} ms at c=1.", ""]
     return out
 
 
@@ -316,7 +358,7 @@ def render(results):
         p("")
         p(f"| target | CPU ms/req | − passthrough | c={conns} req/s | ÷ passthrough | c=1 p50 (ms) | − passthrough |")
         p("|---|---:|---:|---:|---:|---:|---:|")
-        for name in ("mf_passthrough", "mf_relay", "mf_gateway", "mf_gateway_limited", "mf_gateway_messages", "mf_gateway_responses",
+        for name in ("mf_passthrough", "mf_relay", "mf_rust_plain", "mf_rust_lean", "mf_gateway", "mf_gateway_limited", "mf_gateway_messages", "mf_gateway_responses",
                      "mf_gateway_noconsumer", "mf_gateway_nolog_noqueue"):
             w, c = W.get(name), cpu_of(name)
             if not (w and w.get(1) and w.get(conns) and c):
@@ -545,6 +587,8 @@ def render(results):
         p(f"Medians of the rounds: the export costs {med(lambda r: r['gw'] - r['noconsumer']):+.3f} ms per request and the "
           f"whole usage pipeline {med(lambda r: r['gw'] - r['noqueue']):+.3f} ms.")
         p("")
+    for line in rust_section(W, lambda name: runtime_cpu(results, W, name, conns, clk), conns):
+        p(line)
     p("**Streams** (ms; p50 / p90 over the runs):")
     p("")
     p("| target | harness | first byte | first token | last byte | events | socket reads per response (median) |")
@@ -684,6 +728,9 @@ def quick(results, names):
         med = {k: statistics.median(r[k] for r in rounds) for k in ("cpu", "ratio", "p50")}
         print(f"\nMedian of {len(rounds)} alternating rounds (passthrough, gateway): CPU {med['cpu']:+.3f} ms over the "
               f"passthrough, c={conns} {med['ratio']:.2f}× its req/s, c=1 p50 {med['p50']:+.3f} ms.")
+    rust = rust_section(W, cpu_of, conns)
+    if rust:
+        print("\n" + "\n".join(rust).rstrip())
     cold = cold_start(results)
     if cold:
         print("\n" + "\n".join(cold))
