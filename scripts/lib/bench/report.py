@@ -413,6 +413,8 @@ def render(results):
               f"as the gateway does so that a failure before any text can still fall back, {gap(sh, 'ttft_ms')} / "
               f"{gap(sh, 'ttlb_ms')}; the gateway {gap(sg, 'ttft_ms')} / {gap(sg, 'ttlb_ms')}.")
             p("")
+        for line in sparse_section(results):
+            p(line)
 
     # ---- Headline ------------------------------------------------------------------------------
     p(f"| wrangler dev, as the issue measures it | direct | floor | gateway | gateway − floor | gateway / floor | gateway / direct | target | met |")
@@ -667,6 +669,29 @@ def write_docs(path, body):
         f.write(text)
 
 
+SPARSE_LABELS = {"mf_passthrough": "passthrough worker", "mf_relay": "relay worker (JS)",
+                 "mf_rust_lean": "relay worker in Rust with the gateway's I/O", "mf_gateway": "gateway, model without limits"}
+
+
+def sparse_section(results):
+    """Requests apart (sparse.py): each target's p50 when the targets take turns, and over the passthrough's."""
+    d = load(os.path.join(results, "sparse.json"))
+    base = (d or {}).get("p50_ms", {}).get("mf_passthrough")
+    if not base:
+        return []
+    gaps = d["gaps"]
+    head = lambda g: "in turn, no idle" if g == 0 else f"in turn, {g:g} ms idle after each"
+    out = [f"Requests that come apart ({d['runs']} per target and column; each target answers one request in turn, "
+           "on its own kept-alive connection). wrk's c=1 above sends the next request the moment the last is "
+           "answered, so one target's code and data stay in the CPU's caches; here each request finds them holding "
+           "the other targets' work, as sparse traffic does. p50 in ms, and over the passthrough's:", "",
+           "| target | " + " | ".join(head(g) for g in gaps) + " |", "|---|" + "---:|" * len(gaps)]
+    for name, values in d["p50_ms"].items():
+        cells = [f"{v:.3f} ({v - b:+.3f})" for v, b in zip(values, base)]
+        out.append(f"| {SPARSE_LABELS.get(name, name)} | " + " | ".join(cells) + " |")
+    return out + [""]
+
+
 def cold_start(results):
     """The cold-start table (coldstart.cjs): lines to print, or none when it was not measured."""
     cold = load(os.path.join(results, "coldstart.json"))
@@ -731,6 +756,9 @@ def quick(results, names):
     rust = rust_section(W, cpu_of, conns)
     if rust:
         print("\n" + "\n".join(rust).rstrip())
+    sparse = sparse_section(results)
+    if sparse:
+        print("\n" + "\n".join(sparse).rstrip())
     cold = cold_start(results)
     if cold:
         print("\n" + "\n".join(cold))
