@@ -669,10 +669,6 @@ def write_docs(path, body):
         f.write(text)
 
 
-SPARSE_LABELS = {"mf_passthrough": "passthrough worker", "mf_relay": "relay worker (JS)",
-                 "mf_rust_lean": "relay worker in Rust with the gateway's I/O", "mf_gateway": "gateway, model without limits"}
-
-
 def sparse_section(results):
     """Requests apart (sparse.py): each target's p50 when the targets take turns, and over the passthrough's."""
     d = load(os.path.join(results, "sparse.json"))
@@ -688,7 +684,7 @@ def sparse_section(results):
            "| target | " + " | ".join(head(g) for g in gaps) + " |", "|---|" + "---:|" * len(gaps)]
     for name, values in d["p50_ms"].items():
         cells = [f"{v:.3f} ({v - b:+.3f})" for v, b in zip(values, base)]
-        out.append(f"| {SPARSE_LABELS.get(name, name)} | " + " | ".join(cells) + " |")
+        out.append(f"| {TARGETS.get(name, (None, name))[1]} | " + " | ".join(cells) + " |")
     return out + [""]
 
 

@@ -18,18 +18,16 @@ import sys
 import time
 from urllib.parse import urlsplit
 
+from stream import post_bytes  # the same request bytes as the stream timings send
+
 
 class Target:
     def __init__(self, spec: str):
         self.name, url, auth, body = spec.split("=", 3)
         u = urlsplit(url)
         self.addr = (u.hostname, u.port)
-        data = body.encode()
-        head = [f"POST {u.path} HTTP/1.1", f"Host: {u.hostname}:{u.port}", "Content-Type: application/json",
-                f"Content-Length: {len(data)}"]
-        if auth != "-":
-            head.append(f"Authorization: Bearer {auth}")
-        self.request = ("\r\n".join(head) + "\r\n\r\n").encode() + data
+        headers = [] if auth == "-" else [f"Authorization: Bearer {auth}"]
+        self.request = post_bytes(u.hostname, u.port, u.path, body.encode(), headers)
         self.sock = None
 
     def connect(self):

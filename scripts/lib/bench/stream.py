@@ -19,10 +19,15 @@ from urllib.parse import urlsplit
 CONTENT = re.compile(rb'"content":\s*"[^"]')
 
 
-def one(host: str, port: int, path: str, body: bytes, headers: list[str]):
+def post_bytes(host: str, port: int, path: str, body: bytes, headers: list[str]) -> bytes:
+    """An HTTP/1.1 POST of a JSON body with `headers` ("Name: value"), as sent on the wire."""
     req = [f"POST {path} HTTP/1.1", f"Host: {host}:{port}", "Content-Type: application/json",
-           f"Content-Length: {len(body)}", "Accept: text/event-stream"] + headers
-    raw = ("\r\n".join(req) + "\r\n\r\n").encode() + body
+           f"Content-Length: {len(body)}"] + headers
+    return ("\r\n".join(req) + "\r\n\r\n").encode() + body
+
+
+def one(host: str, port: int, path: str, body: bytes, headers: list[str]):
+    raw = post_bytes(host, port, path, body, ["Accept: text/event-stream"] + headers)
     s = socket.create_connection((host, port))
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     t0 = time.perf_counter()
