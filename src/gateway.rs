@@ -37,6 +37,11 @@ pub async fn handle(req: Incoming, env: Env, ctx: Context) -> worker::web_sys::R
             let err = ApiError::method_not_allowed(&format!("{method:?}").to_uppercase(), &path);
             return outgoing::into_runtime(http::anthropic_error::error_response(&err, Some(&request_id)), None);
         }
+        // The Messages API's other paths (batches, files) are not served, in the SDK's own format.
+        _ if path.starts_with("/v1/messages/") => {
+            let err = ApiError::not_found(&path);
+            return outgoing::into_runtime(http::anthropic_error::error_response(&err, Some(&request_id)), None);
+        }
         _ => {}
     }
     let result = match (method.clone(), path.as_str()) {
@@ -112,7 +117,9 @@ async fn idempotent(
     match idempotency::gate::enter(&rc, env, &body).await? {
         Entry::Open => door(which, rc, body, env, ctx).await,
         Entry::Replay(response) => Ok(response),
-        Entry::Proceed(claim) => claim.finish(door(which, rc, body, env, ctx).await).await,
+        Entry::Proceed(claim) => {
+            claim.finish(door(which, rc, body, env, ctx).await, |e| http::io::error_response(e, None)).await
+        }
     }
 }
 

@@ -71,7 +71,11 @@ async fn dispatch(
     match idempotency::gate::enter(&rc, env, &body).await? {
         Entry::Open => handle(rc, body, call, client, session, env, ctx).await,
         Entry::Replay(response) => Ok(response),
-        Entry::Proceed(claim) => claim.finish(handle(rc, body, call, client, session, env, ctx).await).await,
+        Entry::Proceed(claim) => {
+            let request_id = rc.request_id.clone();
+            let answer = handle(rc, body, call, client, session, env, ctx).await;
+            claim.finish(answer, |e| anthropic_error::error_response(e, Some(&request_id))).await
+        }
     }
 }
 

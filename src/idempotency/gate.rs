@@ -68,11 +68,14 @@ pub async fn enter(rc: &RequestContext, env: &Env, body: &[u8]) -> Result<Entry,
 
 impl Claim {
     /// Stores the answer for replays (or releases the key after a failure a retry may fix).
-    pub async fn finish(self, result: Result<Response, ApiError>) -> Result<Response, ApiError> {
-        let (status, mut response) = match result {
-            Ok(r) => (r.status_code(), r),
-            Err(e) => (e.status, http::io::error_response(&e, None)),
-        };
+    /// `format` writes a failure in the door's own error format, which replays then repeat.
+    pub async fn finish(
+        self,
+        result: Result<Response, ApiError>,
+        format: impl FnOnce(&ApiError) -> Response,
+    ) -> Result<Response, ApiError> {
+        let mut response = result.unwrap_or_else(|e| format(&e));
+        let status = response.status_code();
         let request = match idempotency::settle_for(status) {
             Settle::Abandon => IdempotencyRequest::Abandon { owner: self.owner },
             Settle::Complete => {

@@ -93,6 +93,21 @@ fn errors_are_anthropic_shaped_on_every_path() {
 }
 
 #[test]
+fn errors_behind_an_idempotency_key_and_unserved_paths_are_in_anthropic_format() {
+    let key = [("idempotency-key", "messages-e2e-idem-404")];
+    let body = r#"{"model":"no-such-model","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}"#;
+    let first = post_raw("/v1/messages", KEY, body, &key);
+    anthropic_error(&first, 404, "not_found_error");
+    assert_eq!(first.header("idempotent-replayed"), Some("false"));
+    assert_eq!(first.header("x-gateway-error-code"), Some("model_not_found"));
+    // The stored answer is replayed in the format it was given in.
+    let again = post_raw("/v1/messages", KEY, body, &key);
+    anthropic_error(&again, 404, "not_found_error");
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    anthropic_error(&post_raw("/v1/messages/batches", KEY, body, &[]), 404, "not_found_error");
+}
+
+#[test]
 fn a_stream_cut_after_its_first_byte_ends_with_an_error_event() {
     let s = stack();
     let body = json!({"model": "claude-cut-test", "max_tokens": 64, "stream": true, "messages": [{"role": "user", "content": "cut me"}]});
