@@ -91,9 +91,10 @@ impl MessageAssembler {
                     message.insert(k.clone(), v.clone());
                 }
                 if let Some(usage) = event["usage"].as_object() {
-                    let merged = message.entry("usage").or_insert_with(|| json!({}));
+                    // A vendor's `usage` that is not an object leaves nothing to merge into: no copy.
+                    let merged = message.entry("usage").or_insert_with(|| json!({})).as_object_mut()?;
                     for (k, v) in usage {
-                        merged[k] = v.clone();
+                        merged.insert(k.clone(), v.clone());
                     }
                 }
             }
@@ -299,6 +300,11 @@ mod tests {
         let mut a = MessageAssembler::new();
         a.feed(unknown.as_bytes());
         assert!(a.finish().is_none(), "a delta it cannot rebuild");
+        let odd_usage = full.replacen("\"usage\":{", "\"usage\":[],\"was\":{", 1);
+        assert_ne!(odd_usage, full);
+        let mut a = MessageAssembler::new();
+        a.feed(odd_usage.as_bytes());
+        assert!(a.finish().is_none(), "a start whose usage is not an object");
     }
 
     #[test]
