@@ -2,11 +2,12 @@
 //! the client's `max_tokens` (agents ask for 32,000 on every call and use a few hundred).
 //!
 //! A running average of served attempts' output tokens per (deployment, ingress), kept per isolate
-//! and fed by every usage report. The estimate is `1.5 × average + 64`, at least 256, capped by
-//! the request's `max_tokens`; with no history yet it is `min(max_tokens, 4096)`. It only sizes
-//! the reservation: the limiter is settled with the vendor's usage after every call. The
-//! over-admission this allows is bounded in docs/limiter.md ("Output estimates for agents").
+//! and fed by every usage report but token counts'. The estimate is `1.5 × average + 64`, at least
+//! 256, capped by the request's `max_tokens`; with no history yet it is `min(max_tokens, 4096)`.
+//! It only sizes the reservation: the limiter is settled with the vendor's usage after every call.
+//! The over-admission this allows is bounded in docs/limiter.md ("Output estimates for agents").
 
+use crate::canonical::usage::Usage;
 use crate::config::routes::Deployment;
 use crate::usage::record::{Ingress, RequestOutcome};
 use std::cell::RefCell;
@@ -66,11 +67,17 @@ pub fn record(outcome: &RequestOutcome) {
     HISTORY.with(|h| {
         let mut h = h.borrow_mut();
         for a in outcome.attempts.iter().filter(|a| a.served) {
-            if let Some(u) = a.usage {
-                h.record(&a.deployment, outcome.ingress, u.output);
+            if let Some(output) = a.usage.as_ref().and_then(sample) {
+                h.record(&a.deployment, outcome.ingress, output);
             }
         }
     });
+}
+
+/// The output size an attempt's usage teaches; none from a token count (`count_tokens`), which
+/// reports no tokens either way and would drag the average towards nothing.
+fn sample(usage: &Usage) -> Option<u64> {
+    (usage.input > 0 || usage.output > 0).then_some(usage.output)
 }
 
 /// The output to reserve for a request that may go to any deployment of `chain`: the largest of
@@ -117,6 +124,13 @@ mod tests {
         assert!((2_950..=3_064).contains(&e), "{e}");
         h.record("an", Ingress::Messages, 0);
         assert!(h.estimate("an", Ingress::Messages, 32_000) < e);
+    }
+
+    #[test]
+    fn token_counts_teach_nothing() {
+        assert_eq!(sample(&Usage::default()), None);
+        assert_eq!(sample(&Usage { input: 12, ..Default::default() }), Some(0));
+        assert_eq!(sample(&Usage { input: 12, output: 30, ..Default::default() }), Some(30));
     }
 
     #[test]
