@@ -77,9 +77,87 @@ pub async fn read_body(req: &Incoming) -> Result<Vec<u8>, ApiError> {
         }
         return Err(ApiError::body_too_large(MAX_BODY_BYTES));
     }
-    let body = req.bytes().await.map_err(|e| ApiError::invalid_request(codes::UNREADABLE_BODY, e.to_string()))?;
+    let body = match declared {
+        Some(_) => req.bytes().await.map_err(unreadable)?,
+        // No length to check first (a chunked upload): read it piece by piece so an endless one
+        // is refused at the limit instead of filling the isolate's memory.
+        None => read_capped(req).await?,
+    };
     if body.len() > MAX_BODY_BYTES {
         return Err(ApiError::body_too_large(MAX_BODY_BYTES));
     }
     Ok(body)
+}
+
+fn unreadable(e: worker::Error) -> ApiError {
+    ApiError::invalid_request(codes::UNREADABLE_BODY, e.to_string())
+}
+
+/// A body of undeclared length, kept up to `MAX_BODY_BYTES` and drained up to `MAX_DRAINED_BYTES`.
+async fn read_capped(req: &Incoming) -> Result<Vec<u8>, ApiError> {
+    use futures::StreamExt;
+    let Some(mut stream) = req.stream() else { return Ok(Vec::new()) };
+    let mut body = CappedBody::default();
+    while let Some(chunk) = stream.next().await {
+        if !body.push(&chunk.map_err(unreadable)?) {
+            break;
+        }
+    }
+    body.finish()
+}
+
+/// The pieces of a body read so far: kept while under the limit, only counted past it.
+#[derive(Default)]
+struct CappedBody {
+    kept: Vec<u8>,
+    seen: usize,
+}
+
+impl CappedBody {
+    /// Whether reading should go on.
+    fn push(&mut self, chunk: &[u8]) -> bool {
+        self.seen = self.seen.saturating_add(chunk.len());
+        if self.seen <= MAX_BODY_BYTES {
+            self.kept.extend_from_slice(chunk);
+        } else {
+            self.kept = Vec::new();
+        }
+        self.seen <= MAX_DRAINED_BYTES
+    }
+
+    fn finish(self) -> Result<Vec<u8>, ApiError> {
+        if self.seen > MAX_BODY_BYTES {
+            return Err(ApiError::body_too_large(MAX_BODY_BYTES));
+        }
+        Ok(self.kept)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_undeclared_body_is_kept_under_the_limit_and_refused_past_it() {
+        let mut body = CappedBody::default();
+        assert!(body.push(b"{\"a\":"));
+        assert!(body.push(b"1}"));
+        assert_eq!(body.finish().unwrap(), b"{\"a\":1}");
+
+        let mut exact = CappedBody::default();
+        assert!(exact.push(&vec![b'x'; MAX_BODY_BYTES]));
+        assert_eq!(exact.finish().unwrap().len(), MAX_BODY_BYTES);
+
+        let mut over = CappedBody::default();
+        let piece = vec![b'x'; 1 << 20];
+        let mut reads = 0;
+        while over.push(&piece) {
+            reads += 1;
+            assert!(reads < 64, "reading stops past the drain limit");
+        }
+        assert!(over.kept.is_empty(), "nothing past the limit is held");
+        assert_eq!(over.seen, MAX_DRAINED_BYTES + piece.len());
+        assert_eq!(over.finish().unwrap_err().status, 413);
+        assert!(CappedBody::default().finish().unwrap().is_empty());
+    }
 }

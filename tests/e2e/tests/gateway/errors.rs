@@ -66,6 +66,31 @@ fn huge_body_is_413() {
     assert_eq!(r.error(413)["code"], "request_too_large");
 }
 
+/// Posts `body` with `Transfer-Encoding: chunked` (no `Content-Length`), as a streaming upload does.
+fn post_chunked(body: String) -> e2e::client::Reply {
+    let req = ureq::post(&chat_url())
+        .timeout(std::time::Duration::from_secs(60))
+        .set("content-type", "application/json")
+        .set("authorization", &format!("Bearer {KEY}"));
+    let resp = match req.send(std::io::Cursor::new(body.into_bytes())) {
+        Ok(r) | Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("chunked POST: {e}"),
+    };
+    let status = resp.status();
+    let headers =
+        resp.headers_names().into_iter().map(|n| (n.clone(), resp.header(&n).unwrap_or("").to_string())).collect();
+    e2e::client::Reply { status, headers, body: resp.into_string().unwrap_or_default() }
+}
+
+#[test]
+fn a_chunked_body_is_read_and_a_huge_one_is_413() {
+    let r = post_chunked(hello("gpt-4o-mini").to_string());
+    assert_eq!(r.status, 200, "{}", r.body);
+    let big = "x".repeat(9 * 1024 * 1024);
+    let r = post_chunked(json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": big}]}).to_string());
+    assert_eq!(r.error(413)["code"], "request_too_large");
+}
+
 #[test]
 fn upstream_failure_is_502() {
     let s = stack();
