@@ -133,7 +133,7 @@ impl<'a> Driver<'a> {
             .zip(&credentials)
             .map(|(((id, d), e), c)| {
                 // One choice's output is what must fit in the context window.
-                let needs = Needs { context_tokens: e.input + max_output.unwrap_or(0), ..trip.needs };
+                let needs = Needs { context_tokens: e.input.saturating_add(max_output.unwrap_or(0)), ..trip.needs };
                 Candidate { id: id.to_string(), gate: gate::gate(&d.capabilities, &needs), has_credential: c.is_some() }
             })
             .collect();
