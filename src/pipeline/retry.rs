@@ -6,7 +6,7 @@ pub use crate::config::policy::RetryPolicy;
 /// Full jitter: uniform in [0, min(max, base·2^retry)], never below Retry-After.
 pub fn backoff_ms(policy: &RetryPolicy, retry: u32, retry_after_ms: Option<u64>, random: u64) -> u64 {
     let ceiling = policy.base_backoff_ms.saturating_mul(1u64 << retry.min(20)).min(policy.max_backoff_ms);
-    let jittered = if ceiling == 0 { 0 } else { random % (ceiling + 1) };
+    let jittered = if ceiling == 0 { 0 } else { random % ceiling.saturating_add(1) };
     jittered.max(retry_after_ms.unwrap_or(0))
 }
 
@@ -70,6 +70,16 @@ mod tests {
         }
         let spread: std::collections::BTreeSet<u64> = (0..200u64).map(|r| backoff_ms(&p, 2, None, r * 7919)).collect();
         assert!(spread.len() > 100, "full jitter spreads waits");
+    }
+
+    #[test]
+    fn the_largest_backoffs_an_admin_can_write_do_not_overflow() {
+        let p = RetryPolicy { base_backoff_ms: u64::MAX, max_backoff_ms: u64::MAX, ..RetryPolicy::default() };
+        for retry in [0, 1, 63, u32::MAX] {
+            for random in [0, 1, u64::MAX] {
+                assert_eq!(backoff_ms(&p, retry, None, random), random % u64::MAX);
+            }
+        }
     }
 
     #[test]

@@ -56,11 +56,16 @@ pub(super) fn passthrough_chat(
 /// Whether [`build_chat`] would change nothing but the model: the output cap already in the
 /// field the vendor takes (or no default to fill in), and `stream_options` already as it must be.
 fn needs_no_rewrite(dep: &Deployment, req: &ChatRequest, force_usage: bool) -> bool {
-    let cap = req.max_output_tokens().or(dep.default_max_tokens.map(u64::from));
+    let cap = dep.output_cap(req.max_output_tokens());
+    let within = |sent: Option<u64>| dep.within_max_output(sent) == sent;
     let cap_as_is = match dep.quirks.max_tokens_field {
         MaxTokensField::MaxTokens => req.max_completion_tokens.is_none() && req.max_tokens == cap,
         MaxTokensField::MaxCompletionTokens => req.max_tokens.is_none() && req.max_completion_tokens == cap,
-        MaxTokensField::AsSent => req.max_output_tokens().is_some() || cap.is_none(),
+        MaxTokensField::AsSent => {
+            within(req.max_tokens)
+                && within(req.max_completion_tokens)
+                && (req.max_output_tokens().is_some() || cap.is_none())
+        }
     };
     let options_as_is = if !dep.quirks.stream_options || !req.is_stream() {
         req.stream_options.is_none()
@@ -72,12 +77,15 @@ fn needs_no_rewrite(dep: &Deployment, req: &ChatRequest, force_usage: bool) -> b
 
 /// Renames the output cap to the field the vendor accepts; the deployment default fills a missing one.
 fn apply_max_tokens(dep: &Deployment, body: &mut ChatRequest) {
-    let value = body.max_output_tokens().or(dep.default_max_tokens.map(u64::from));
+    let value = dep.output_cap(body.max_output_tokens());
     match dep.quirks.max_tokens_field {
         MaxTokensField::MaxTokens => (body.max_tokens, body.max_completion_tokens) = (value, None),
         MaxTokensField::MaxCompletionTokens => (body.max_tokens, body.max_completion_tokens) = (None, value),
         MaxTokensField::AsSent if body.max_output_tokens().is_none() => body.max_tokens = value,
-        MaxTokensField::AsSent => {}
+        MaxTokensField::AsSent => {
+            body.max_tokens = dep.within_max_output(body.max_tokens);
+            body.max_completion_tokens = dep.within_max_output(body.max_completion_tokens);
+        }
     }
 }
 
@@ -260,15 +268,25 @@ mod tests {
                 let raw = serde_json::to_string_pretty(&v).unwrap();
                 let req = ChatRequest::parse(raw.as_bytes()).unwrap();
                 for field in fields {
-                    for default in [None, Some(128)] {
+                    for (default, max_output) in
+                        [(None, None), (Some(128), None), (None, Some(32)), (Some(128), Some(32))]
+                    {
                         for (stream_options, force) in [(true, true), (true, false), (false, true)] {
                             let mut dep = deployment("openai");
                             dep.quirks.max_tokens_field = field;
                             dep.quirks.stream_options = stream_options;
                             dep.default_max_tokens = default;
+                            dep.capabilities.max_output = max_output;
                             let built = build_chat(&dep, &req, "k", force).unwrap();
                             let built: Value = serde_json::from_str(&built.body).unwrap();
-                            let case = format!("{raw} {field:?} {default:?} {stream_options} {force}");
+                            let case = format!("{raw} {field:?} {default:?} {max_output:?} {stream_options} {force}");
+                            let sent = |name: &str| built.get(name).and_then(Value::as_u64);
+                            if let Some(most) = max_output {
+                                assert!(
+                                    sent("max_tokens").max(sent("max_completion_tokens")) <= Some(most.into()),
+                                    "{case}"
+                                );
+                            }
                             match passthrough_chat(&dep, &req, raw.as_bytes(), "k", force) {
                                 Some(call) => {
                                     taken += 1;
@@ -291,6 +309,24 @@ mod tests {
             }
         }
         assert!(taken > 50, "the pass-through is the common case ({taken})");
+    }
+
+    /// Structured outputs follow a schema's property order, so a rewritten body keeps the client's.
+    #[test]
+    fn a_rewritten_body_keeps_the_order_of_schema_properties() {
+        let raw = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}],
+            "response_format":{"type":"json_schema","json_schema":{"name":"r","schema":{"type":"object",
+                "properties":{"reasoning":{"type":"string"},"answer":{"type":"string"}}}}},
+            "tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object",
+                "properties":{"zeta":{"type":"string"},"alpha":{"type":"string"}}}}}]}"#;
+        let req = ChatRequest::parse(raw.as_bytes()).unwrap();
+        let dep = deployment("openai");
+        assert!(passthrough_chat(&dep, &req, raw.as_bytes(), "k", true).is_none(), "usage must be asked for");
+        let body = build_chat(&dep, &req, "k", true).unwrap().body;
+        let at = |needle: &str| body.find(needle).unwrap_or_else(|| panic!("{needle} in {body}"));
+        assert!(at("\"reasoning\"") < at("\"answer\""), "{body}");
+        assert!(at("\"zeta\"") < at("\"alpha\""), "{body}");
+        assert!(body.contains("\"include_usage\":true"), "{body}");
     }
 
     #[test]

@@ -49,7 +49,8 @@ pub(super) fn translate_request(dep: &Deployment, req: &ChatRequest) -> Result<V
 
     let mut body = Map::new();
     body.insert("model".into(), Value::from(dep.model.as_str()));
-    let max_tokens = req.max_output_tokens().or(dep.default_max_tokens.map(u64::from)).unwrap_or(DEFAULT_MAX_TOKENS);
+    let asked = req.max_output_tokens().or(dep.default_max_tokens.map(u64::from)).unwrap_or(DEFAULT_MAX_TOKENS);
+    let max_tokens = dep.within_max_output(Some(asked)).unwrap_or(asked);
     body.insert("max_tokens".into(), Value::from(max_tokens));
     if !system.is_empty() {
         body.insert("system".into(), collapse_system(system));
@@ -385,6 +386,10 @@ mod tests {
         assert_eq!(max(&dep, json!({})), 1000);
         assert_eq!(max(&dep, json!({"max_tokens": 7})), 7);
         assert_eq!(max(&dep, json!({"max_tokens": 7, "max_completion_tokens": 9})), 9);
+        dep.capabilities.max_output = Some(8);
+        assert_eq!(max(&dep, json!({"max_tokens": 32000})), 8, "never above the declared max_output");
+        assert_eq!(max(&dep, json!({"max_tokens": 7})), 7);
+        assert_eq!(max(&dep, json!({})), 8);
     }
 
     #[test]

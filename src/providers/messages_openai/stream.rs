@@ -32,6 +32,8 @@ pub struct OpenaiStreamToMessages {
     usage: Option<Usage>,
     done: bool,
     failed: bool,
+    /// The vendor's completion id: Claude Code tells assistant turns apart by their message id.
+    vendor_id: Option<String>,
 }
 
 impl OpenaiStreamToMessages {
@@ -48,6 +50,7 @@ impl OpenaiStreamToMessages {
             usage: None,
             done: false,
             failed: false,
+            vendor_id: None,
         }
     }
 
@@ -81,6 +84,9 @@ impl OpenaiStreamToMessages {
         }
         if let Some(u) = chunk.get("usage").and_then(Usage::from_openai) {
             self.usage = Some(u);
+        }
+        if self.vendor_id.is_none() {
+            self.vendor_id = chunk["id"].as_str().map(str::to_string);
         }
         let Some(choice) = chunk.get("choices").and_then(Value::as_array).and_then(|c| c.first()) else {
             return Ok(());
@@ -123,7 +129,8 @@ impl OpenaiStreamToMessages {
     fn start(&mut self, out: &mut Vec<u8>) {
         if !self.started {
             self.started = true;
-            let message = json!({"id": "msg_translated", "type": "message", "role": "assistant", "model": self.model,
+            let id = format!("msg_{}", self.vendor_id.as_deref().unwrap_or("translated"));
+            let message = json!({"id": id, "type": "message", "role": "assistant", "model": self.model,
                 "content": [], "stop_reason": null, "stop_sequence": null,
                 "usage": {"input_tokens": 0, "output_tokens": 0}});
             self.event(out, "message_start", json!({"type": "message_start", "message": message}));
@@ -253,6 +260,7 @@ data: [DONE]\n\n";
                 "split {size}"
             );
             assert_eq!(ev[0].1["message"]["model"], "gpt-4o-mini");
+            assert_eq!(ev[0].1["message"]["id"], "msg_c1", "each turn its own id, the vendor's");
             assert_eq!(
                 ev[5].1["content_block"],
                 json!({"type": "tool_use", "id": "call_1", "name": "Read", "input": {}})

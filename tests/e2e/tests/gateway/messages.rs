@@ -430,6 +430,27 @@ fn claude_code_completes_a_prompt_through_the_gateway_to_an_openai_format_deploy
     assert!(body.get("thinking").is_none() && body.get("context_management").is_none(), "{body}");
 }
 
+/// Claude Code asks 32,000 output tokens of every model; a deployment that declares
+/// `max_output` gets its own cap, and each streamed turn keeps its own message id.
+#[test]
+fn an_agents_output_cap_is_held_to_the_deployments_max_output() {
+    let body = json!({"model": "gpt-as-claude", "max_tokens": 32000, "stream": true,
+        "messages": [{"role": "user", "content": "hi"}]});
+    let first = post_raw("/v1/messages", KEY, &body.to_string(), &[]);
+    assert_eq!(first.status, 200, "{}", first.body);
+    let sent = stack().upstream_last(&first);
+    let cap = sent["body"].get("max_tokens").or(sent["body"].get("max_completion_tokens")).cloned();
+    assert_eq!(cap, Some(json!(16384)), "{}", sent["body"]);
+    let id = |r: &Reply| -> String {
+        let start = r.body.lines().find(|l| l.starts_with("data: {\"type\":\"message_start\"")).expect("message_start");
+        serde_json::from_str::<Value>(&start["data: ".len()..]).unwrap()["message"]["id"].as_str().unwrap().to_string()
+    };
+    let second = post_raw("/v1/messages", KEY, &body.to_string(), &[]);
+    assert_eq!(second.status, 200, "{}", second.body);
+    assert!(id(&first).starts_with("msg_"), "{}", first.body);
+    assert_ne!(id(&first), id(&second), "two turns, two message ids");
+}
+
 #[test]
 fn translated_stream_to_an_openai_format_deployment_is_a_well_formed_messages_stream() {
     let body = json!({"model": "gpt-as-claude", "max_tokens": 64, "stream": true,
