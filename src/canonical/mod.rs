@@ -86,6 +86,23 @@ pub enum Content {
     Parts(Vec<ContentPart>),
 }
 
+impl Content {
+    /// Whether this is an array of text parts only, which [`Content::joined_text`] can say as one string.
+    pub fn is_text_parts(&self) -> bool {
+        matches!(self, Content::Parts(parts) if parts.iter().all(|p| p.kind == "text" && p.text.is_some()))
+    }
+
+    /// The texts of an array of text parts joined by blank lines; `None` for anything else.
+    pub fn joined_text(&self) -> Option<String> {
+        match self {
+            Content::Parts(parts) if self.is_text_parts() => {
+                Some(parts.iter().filter_map(|p| p.text.as_deref()).collect::<Vec<_>>().join("\n\n"))
+            }
+            _ => None,
+        }
+    }
+}
+
 /// One part of a multi-part content array; `kind` is `text`, `image_url`, or a type this gateway passes on.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ContentPart {

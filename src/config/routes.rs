@@ -252,6 +252,10 @@ pub struct Quirks {
     pub headers: BTreeMap<String, String>,
     #[serde(default)]
     pub anthropic_version: Option<String>,
+    /// The vendor takes a message's `content` only as a string (DeepSeek answers an array with a
+    /// 400): content made only of text parts is sent as their texts joined by blank lines.
+    #[serde(default)]
+    pub string_content: bool,
 }
 
 impl Default for Quirks {
@@ -261,6 +265,7 @@ impl Default for Quirks {
             stream_options: true,
             headers: BTreeMap::new(),
             anthropic_version: None,
+            string_content: false,
         }
     }
 }

@@ -5,7 +5,7 @@ use super::chunk_view::ChunkView;
 use super::splice::splice_model;
 use super::{classify, endpoint, headers, read_json, ChatResult, StreamEnd, UpstreamCall, UpstreamError};
 use crate::canonical::usage::Usage;
-use crate::canonical::ChatRequest;
+use crate::canonical::{ChatRequest, Content};
 use crate::config::routes::{Deployment, MaxTokensField, ProviderKind};
 use crate::http::codes;
 use crate::http::error::ApiError;
@@ -23,6 +23,13 @@ pub(super) fn build_chat(
     let mut body = req.clone();
     body.model = dep.model.clone();
     apply_max_tokens(dep, &mut body);
+    if dep.quirks.string_content {
+        for content in body.messages.iter_mut().filter_map(|m| m.content.as_mut()) {
+            if let Some(text) = content.joined_text() {
+                *content = Content::Text(text);
+            }
+        }
+    }
     if !dep.quirks.stream_options || !body.is_stream() {
         body.stream_options = None;
     } else if force_usage {
@@ -72,7 +79,9 @@ fn needs_no_rewrite(dep: &Deployment, req: &ChatRequest, force_usage: bool) -> b
     } else {
         !force_usage || req.wants_usage()
     };
-    cap_as_is && options_as_is
+    let content_as_is = !dep.quirks.string_content
+        || !req.messages.iter().any(|m| m.content.as_ref().is_some_and(Content::is_text_parts));
+    cap_as_is && options_as_is && content_as_is
 }
 
 /// Renames the output cap to the field the vendor accepts; the deployment default fills a missing one.
@@ -309,6 +318,27 @@ mod tests {
             }
         }
         assert!(taken > 50, "the pass-through is the common case ({taken})");
+    }
+
+    #[test]
+    fn string_content_joins_text_parts_for_vendors_that_take_only_strings() {
+        let raw = r#"{"model":"m","messages":[{"role":"system","content":[{"type":"text","text":"Be terse."}]},
+            {"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]},
+            {"role":"user","content":[{"type":"text","text":"see"},{"type":"image_url","image_url":{"url":"data:x"}}]},
+            {"role":"assistant","content":"plain"}]}"#;
+        let req = ChatRequest::parse(raw.as_bytes()).unwrap();
+        let mut dep = deployment("openai");
+        assert!(passthrough_chat(&dep, &req, raw.as_bytes(), "k", false).is_some(), "off: arrays pass through");
+        dep.quirks.string_content = true;
+        assert!(passthrough_chat(&dep, &req, raw.as_bytes(), "k", false).is_none());
+        let body: Value = serde_json::from_str(&build_chat(&dep, &req, "k", false).unwrap().body).unwrap();
+        assert_eq!(body["messages"][0]["content"], "Be terse.");
+        assert_eq!(body["messages"][1]["content"], "a\n\nb");
+        assert!(body["messages"][2]["content"].is_array(), "an image cannot be said as text: left as sent");
+        assert_eq!(body["messages"][3]["content"], "plain");
+        let plain = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+        let req = ChatRequest::parse(plain.as_bytes()).unwrap();
+        assert!(passthrough_chat(&dep, &req, plain.as_bytes(), "k", false).is_some(), "strings already");
     }
 
     /// Structured outputs follow a schema's property order, so a rewritten body keeps the client's.

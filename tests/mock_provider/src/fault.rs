@@ -34,6 +34,7 @@ pub enum Key {
     CacheWrite,
     Reasoning,
     Gzip,
+    StringsOnly,
 }
 
 enum Kind {
@@ -79,6 +80,8 @@ const KEYS: &[(&str, Key, Kind)] = &[
     ("reasoning", Key::Reasoning, ANY),
     // Answers gzip-encoded when the request's Accept-Encoding allows it, as real vendors do.
     ("gzip", Key::Gzip, Kind::Flag),
+    // DeepSeek's chat API: a message whose `content` is an array is refused with a 400.
+    ("strings_only", Key::StringsOnly, Kind::Flag),
 ];
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -163,6 +163,19 @@ pub fn chat(call: &Call, f: &Faults) -> Response {
             Some("missing_required_parameter"),
         );
     }
+    if f.has(Key::StringsOnly) {
+        let messages = call.body["messages"].as_array().into_iter().flatten();
+        if let Some(i) = messages.into_iter().position(|m| m["content"].is_array()) {
+            // DeepSeek's own words (serde's, in its Rust server), without the line and column.
+            return error(
+                400,
+                &format!("Failed to deserialize the JSON body into the target type: messages[{i}]: invalid type: sequence, expected a string"),
+                "invalid_request_error",
+                None,
+                Some("invalid_request_error"),
+            );
+        }
+    }
     let plan = plan(call, f);
     if call.bool_field("stream") {
         let include_usage =
@@ -328,6 +341,28 @@ mod tests {
             headers: vec![("authorization".into(), "Bearer sk".into())],
             ..Request::default()
         }
+    }
+
+    #[test]
+    fn strings_only_refuses_array_content_as_deepseek_does() {
+        let req = request();
+        let answer = |content: Value| {
+            let call = Call::new(
+                &req,
+                json!({"model": "m+strings_only", "messages": [
+                {"role": "system", "content": "s"}, {"role": "user", "content": content}]}),
+                7,
+                None,
+            );
+            let faults = crate::fault::collect(&call.model, None, None).unwrap();
+            chat(&call, &faults)
+        };
+        let refused = answer(json!([{"type": "text", "text": "hi"}]));
+        assert_eq!(refused.status, 400);
+        let crate::http::Body::Full { bytes, .. } = &refused.body else { panic!("a JSON error") };
+        let v: Value = serde_json::from_slice(bytes).unwrap();
+        assert!(v["error"]["message"].as_str().unwrap().contains("messages[1]: invalid type: sequence"), "{v}");
+        assert_eq!(answer(json!("hi")).status, 200);
     }
 
     fn plan_for(body: Value) -> Plan {

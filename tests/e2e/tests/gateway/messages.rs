@@ -451,6 +451,21 @@ fn an_agents_output_cap_is_held_to_the_deployments_max_output() {
     assert_ne!(id(&first), id(&second), "two turns, two message ids");
 }
 
+/// Claude Code's turns carry several text blocks; DeepSeek takes `content` only as a string.
+#[test]
+fn a_string_content_deployment_gets_text_blocks_as_one_string() {
+    let body = json!({"model": "deepseek-as-claude", "max_tokens": 64,
+        "system": [{"type": "text", "text": "You are Claude Code."}],
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "<system-reminder>ctx</system-reminder>"},
+            {"type": "text", "text": "fix the bug"}]}]});
+    let r = post_raw("/v1/messages", KEY, &body.to_string(), &[]);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let sent = stack().upstream_last(&r);
+    let messages = sent["body"]["messages"].as_array().unwrap();
+    assert!(messages.iter().all(|m| m["content"].is_string()), "{}", sent["body"]);
+    assert_eq!(messages.last().unwrap()["content"], "<system-reminder>ctx</system-reminder>\n\nfix the bug");
+}
+
 #[test]
 fn translated_stream_to_an_openai_format_deployment_is_a_well_formed_messages_stream() {
     let body = json!({"model": "gpt-as-claude", "max_tokens": 64, "stream": true,
