@@ -347,6 +347,10 @@ impl ClientStream for OpenaiStreamToMessages {
         OpenaiStreamToMessages::emitted_any(self)
     }
 
+    fn thinking(&self) -> bool {
+        OpenaiStreamToMessages::thinking(self)
+    }
+
     fn error_event(&self, err: &ApiError) -> Vec<u8> {
         anthropic_error::stream_error_event(err)
     }

@@ -259,6 +259,13 @@ impl ClientStream for ResponsesStream {
         }
     }
 
+    fn thinking(&self) -> bool {
+        match self {
+            ResponsesStream::Pass(_) => false,
+            ResponsesStream::Chat(s) => s.thinking(),
+        }
+    }
+
     fn ended(&self) -> bool {
         match self {
             ResponsesStream::Pass(s) => s.ended(),

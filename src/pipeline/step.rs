@@ -51,6 +51,11 @@ pub trait ClientStream {
     }
     /// Whether the client has been sent anything yet (until then, a failure may still fall back).
     fn emitted_any(&self) -> bool;
+    /// Whether the vendor is streaming reasoning this door does not show: the model has started
+    /// (the first-token bound is met) though the client has nothing yet.
+    fn thinking(&self) -> bool {
+        false
+    }
     /// Whether the vendor's own end of the stream came (`[DONE]`, `message_stop`): the client's
     /// stream may then close without waiting for the connection to end.
     fn ended(&self) -> bool {

@@ -60,8 +60,11 @@ pub async fn start(
     let mut first = Vec::new();
     let mut limit = attempt.limit;
     // One deadline for the first content: keep-alives and role-only chunks do not extend it.
+    // Reasoning the door holds back meets it; from then on the chunks must only keep coming.
     while !translator.emitted_any() {
-        let failure = match stream_body::next_chunk(&body, attempt.clock.first_token(now_ms())).await {
+        let now = now_ms();
+        let wait = if translator.thinking() { attempt.clock.thinking(now) } else { attempt.clock.first_token(now) };
+        let failure = match stream_body::next_chunk(&body, wait).await {
             Ok(Some(bytes)) => match limit.take(bytes.len()) {
                 Ok(()) => translator.feed(&bytes, &mut first),
                 Err(too_large) => Some(too_large),

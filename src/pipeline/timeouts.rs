@@ -4,8 +4,9 @@
 //! Measured from when the request was sent:
 //! - a stream's response headers within `connect_ms` (a vendor sends a stream's headers as soon as
 //!   it accepts it; the Workers `fetch` shows no separate connection event), its first content
-//!   within `first_token_ms` (keep-alives, pings and role-only chunks do not restart it), then at
-//!   most `idle_ms` between chunks, and the whole stream within `total_ms`;
+//!   within `first_token_ms` (keep-alives, pings and role-only chunks do not restart it; reasoning
+//!   the door holds back meets it), then at most `idle_ms` between chunks, and the whole stream
+//!   within `total_ms`;
 //! - a JSON answer's first byte within `connect_ms + first_token_ms` (a vendor computes the whole
 //!   answer before its first byte) and its whole body within `total_ms`.
 //!
@@ -111,6 +112,18 @@ impl AttemptClock {
         self.earliest(&[(Bound::FirstToken, t.first_token_ms), (Bound::Total, t.total_ms)], true, now_ms)
     }
 
+    /// A stream's next chunk while its reasoning is held back from the client: the model has
+    /// started, so the idle bound replaces the first-token one; the request's deadline still holds.
+    pub fn thinking(&self, now_ms: u64) -> Wait {
+        let idle = Wait { ms: self.timeouts.idle_ms, bound: Bound::Idle, limit_ms: self.timeouts.idle_ms };
+        let bounded = self.earliest(&[(Bound::Total, self.timeouts.total_ms)], true, now_ms);
+        if bounded.ms < idle.ms {
+            bounded
+        } else {
+            idle
+        }
+    }
+
     /// A JSON body (or an error body) once its headers arrived.
     pub fn body(&self, now_ms: u64) -> Wait {
         self.earliest(&[(Bound::Total, self.timeouts.total_ms)], true, now_ms)
@@ -173,6 +186,18 @@ mod tests {
             );
         }
         assert_eq!(c.first_token(SENT + 12_000).ms, 0, "already over");
+    }
+
+    #[test]
+    fn held_back_reasoning_waits_idle_from_now_within_total_and_deadline() {
+        let c = clock(300_000);
+        // Past the first-token bound (10 s): each wait is idle_ms from the last chunk.
+        for now in [SENT + 500, SENT + 12_000, SENT + 40_000] {
+            assert_eq!(c.thinking(now), Wait { ms: 5_000, bound: Bound::Idle, limit_ms: 5_000 });
+        }
+        assert_eq!(c.thinking(SENT + 58_000), Wait { ms: 2_000, bound: Bound::Total, limit_ms: 60_000 });
+        let short = clock(20_000);
+        assert_eq!(short.thinking(SENT + 18_000), Wait { ms: 2_000, bound: Bound::Deadline, limit_ms: 20_000 });
     }
 
     #[test]

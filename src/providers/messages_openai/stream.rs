@@ -34,6 +34,8 @@ pub struct OpenaiStreamToMessages {
     failed: bool,
     /// The vendor's completion id: Claude Code tells assistant turns apart by their message id.
     vendor_id: Option<String>,
+    /// Reasoning (`reasoning_content`) has come; it is not shown on this door.
+    reasoning: bool,
 }
 
 impl OpenaiStreamToMessages {
@@ -51,6 +53,7 @@ impl OpenaiStreamToMessages {
             done: false,
             failed: false,
             vendor_id: None,
+            reasoning: false,
         }
     }
 
@@ -92,6 +95,8 @@ impl OpenaiStreamToMessages {
             return Ok(());
         };
         let delta = &choice["delta"];
+        let reasoning = |field: &str| delta[field].as_str().is_some_and(|t| !t.is_empty());
+        self.reasoning |= reasoning("reasoning_content") || reasoning("reasoning");
         if let Some(text) = delta["content"].as_str().filter(|t| !t.is_empty()) {
             if self.block != Block::Text {
                 self.open(out, Block::Text, json!({"type": "text", "text": ""}));
@@ -199,6 +204,11 @@ impl OpenaiStreamToMessages {
         self.usage
     }
 
+    /// Reasoning has come and nothing has been written: the model has started.
+    pub fn thinking(&self) -> bool {
+        self.reasoning && !self.started
+    }
+
     pub fn emitted_any(&self) -> bool {
         self.started
     }
@@ -273,6 +283,20 @@ data: [DONE]\n\n";
             assert_eq!(ev[9].1["usage"]["output_tokens"], 9);
             assert_eq!(s.usage().map(|u| (u.input, u.output)), Some((50, 9)));
         }
+    }
+
+    #[test]
+    fn reasoning_is_held_back_but_says_the_model_has_started() {
+        let chunk = |delta: &str| format!("data: {{\"id\":\"c\",\"choices\":[{{\"index\":0,\"delta\":{delta}}}]}}\n\n");
+        let mut s = OpenaiStreamToMessages::new("m");
+        let mut out = Vec::new();
+        s.feed(chunk(r#"{"role":"assistant","content":""}"#).as_bytes(), &mut out);
+        assert!(!s.thinking() && !s.emitted_any());
+        s.feed(chunk(r#"{"reasoning_content":"Hmm."}"#).as_bytes(), &mut out);
+        assert!(s.thinking() && !s.emitted_any());
+        assert!(out.is_empty(), "{}", String::from_utf8_lossy(&out));
+        s.feed(chunk(r#"{"content":"Hi"}"#).as_bytes(), &mut out);
+        assert!(s.emitted_any() && !s.thinking());
     }
 
     #[test]

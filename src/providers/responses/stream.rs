@@ -406,6 +406,12 @@ impl FromChat {
         self.chat.usage_estimated()
     }
 
+    /// The chat stream has content (reasoning, which this door does not show) but no output
+    /// item has opened: the model has started.
+    pub fn thinking(&self) -> bool {
+        !self.emitted_any() && self.chat.emitted_any()
+    }
+
     pub fn emitted_any(&self) -> bool {
         // Held until the first output item: `response.created` alone does not commit the stream.
         !self.items.is_empty() || self.completed

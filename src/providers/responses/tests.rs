@@ -265,6 +265,14 @@ fn chat_stream_cut_is_truncated_and_holds_back_a_bare_preamble() {
     let role = r#"data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}"#;
     t.feed(format!("{role}\n\n").as_bytes(), &mut out);
     assert!(!t.emitted_any(), "response.created alone does not commit the stream");
+    assert!(!t.thinking());
+    let reasoning = role.replace(r#""role":"assistant","content":"""#, r#""reasoning_content":"Hmm.""#);
+    t.feed(format!("{reasoning}\n\n").as_bytes(), &mut out);
+    assert!(!t.emitted_any(), "reasoning is not shown on this door");
+    assert!(t.thinking(), "but the model has started");
+    let text = role.replace(r#""role":"assistant","content":"""#, r#""content":"Hi""#);
+    t.feed(format!("{text}\n\n").as_bytes(), &mut out);
+    assert!(t.emitted_any() && !t.thinking());
 }
 
 #[test]

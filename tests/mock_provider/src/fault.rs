@@ -35,6 +35,7 @@ pub enum Key {
     Reasoning,
     Gzip,
     StringsOnly,
+    ReasoningText,
 }
 
 enum Kind {
@@ -82,6 +83,8 @@ const KEYS: &[(&str, Key, Kind)] = &[
     ("gzip", Key::Gzip, Kind::Flag),
     // DeepSeek's chat API: a message whose `content` is an array is refused with a 400.
     ("strings_only", Key::StringsOnly, Kind::Flag),
+    // DeepSeek's reasoner: this many `reasoning_content` deltas stream before the answer's text.
+    ("reasoning_text", Key::ReasoningText, Kind::Number { min: 0, max: 10_000 }),
 ];
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -138,6 +138,8 @@ pub struct Plan {
     pub model: String,
     pub output: Output,
     pub usage: Option<Usage>,
+    /// `reasoning_content` deltas streamed before a text answer (`reasoning_text=N`).
+    pub reasoning_text: u64,
 }
 
 impl Plan {
@@ -214,7 +216,15 @@ pub fn plan(call: &Call, f: &Faults) -> Plan {
         cached,
         reasoning,
     });
-    Plan { id: reply::id("chatcmpl-"), created: reply::unix_ms() / 1000, model: call.model.clone(), output, usage }
+    let reasoning_text = f.get(Key::ReasoningText).unwrap_or(0);
+    Plan {
+        id: reply::id("chatcmpl-"),
+        created: reply::unix_ms() / 1000,
+        model: call.model.clone(),
+        output,
+        usage,
+        reasoning_text,
+    }
 }
 
 /// The named tool from `tool_choice`, else the first tool; none for `"none"`, and none once an
@@ -294,6 +304,9 @@ pub fn chunks(plan: &Plan, include_usage: bool) -> Vec<SseEvent> {
         Output::Text(t) => {
             let first = json!({"role": "assistant", "content": "", "refusal": null});
             events.push(SseEvent::data(&chunk(first, None), false));
+            for _ in 0..plan.reasoning_text {
+                events.push(SseEvent::data(&chunk(json!({"reasoning_content": "Thinking. "}), None), true));
+            }
             for piece in &t.pieces {
                 events.push(SseEvent::data(&chunk(json!({"content": piece}), None), true));
             }

@@ -688,3 +688,17 @@ fn the_exact_cache_serves_messages_repeats_as_json_and_as_streams() {
         assert_eq!(s.upstream_calls(&beta).len(), 1, "{door}");
     }
 }
+
+/// A reasoner thinks longer than `first_token_ms` (1.5 s) before its text (4 s: 40 reasoning
+/// chunks 100 ms apart). The Messages door does not show the reasoning, but it is the model at
+/// work: the first-token bound is met by it, not timed out.
+#[test]
+fn held_back_reasoning_is_not_a_first_token_timeout() {
+    let body = json!({"model": "reasoner-e2e", "max_tokens": 64, "stream": true,
+        "messages": [{"role": "user", "content": "think hard"}]});
+    let r = post_raw("/v1/messages", KEY, &body.to_string(), &[]);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body.contains("event: message_stop"), "{}", r.body);
+    assert!(!r.body.contains("Thinking."), "reasoning is not shown on this door: {}", r.body);
+    assert_eq!(stack().upstream_calls(&r).len(), 1, "one attempt, no timeout and retry");
+}

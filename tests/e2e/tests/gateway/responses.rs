@@ -399,3 +399,17 @@ fn usage_event(s: &Stack, id: &str) -> Value {
         std::thread::sleep(Duration::from_millis(500));
     }
 }
+
+/// The same reasoner on the Responses door, translated from chat chunks: its held-back reasoning
+/// meets the first-token bound (1.5 s) though the text comes after 4 s.
+#[test]
+fn held_back_reasoning_is_not_a_first_token_timeout() {
+    let s = stack();
+    let body = json!({"model": "reasoner-e2e", "input": "think hard", "stream": true, "store": false});
+    let r = stream(&s.url("/v1/responses"), KEY, &body);
+    assert_eq!(r.status, 200);
+    let k = kinds(&events(&r));
+    assert_eq!(k.last().map(String::as_str), Some("response.completed"), "{k:?}");
+    let id = r.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case("x-request-id")).unwrap().1.clone();
+    assert_eq!(s.upstream_calls_for(&id).len(), 1, "one attempt, no timeout and retry");
+}
