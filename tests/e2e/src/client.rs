@@ -74,7 +74,8 @@ fn agent() -> ureq::Agent {
     ureq::AgentBuilder::new().timeout(Duration::from_secs(60)).build()
 }
 
-fn collect(resp: ureq::Response) -> Reply {
+/// The status, headers and body of an answer the caller sent itself.
+pub fn collect(resp: ureq::Response) -> Reply {
     let status = resp.status();
     let headers =
         resp.headers_names().into_iter().map(|n| (n.clone(), resp.header(&n).unwrap_or("").to_string())).collect();

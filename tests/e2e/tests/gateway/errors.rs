@@ -72,14 +72,10 @@ fn post_chunked(body: String) -> e2e::client::Reply {
         .timeout(std::time::Duration::from_secs(60))
         .set("content-type", "application/json")
         .set("authorization", &format!("Bearer {KEY}"));
-    let resp = match req.send(std::io::Cursor::new(body.into_bytes())) {
-        Ok(r) | Err(ureq::Error::Status(_, r)) => r,
+    match req.send(std::io::Cursor::new(body.into_bytes())) {
+        Ok(r) | Err(ureq::Error::Status(_, r)) => e2e::client::collect(r),
         Err(e) => panic!("chunked POST: {e}"),
-    };
-    let status = resp.status();
-    let headers =
-        resp.headers_names().into_iter().map(|n| (n.clone(), resp.header(&n).unwrap_or("").to_string())).collect();
-    e2e::client::Reply { status, headers, body: resp.into_string().unwrap_or_default() }
+    }
 }
 
 #[test]
