@@ -36,6 +36,8 @@ pub struct OpenaiStreamToMessages {
     vendor_id: Option<String>,
     /// Reasoning (`reasoning_content`) has come; it is not shown on this door.
     reasoning: bool,
+    /// The id of the tool call whose block is open.
+    open_call_id: Option<String>,
 }
 
 impl OpenaiStreamToMessages {
@@ -54,6 +56,7 @@ impl OpenaiStreamToMessages {
             failed: false,
             vendor_id: None,
             reasoning: false,
+            open_call_id: None,
         }
     }
 
@@ -111,9 +114,13 @@ impl OpenaiStreamToMessages {
         for call in delta["tool_calls"].as_array().into_iter().flatten() {
             let at = call["index"].as_u64().unwrap_or(0);
             let function = &call["function"];
-            if self.block != Block::Tool(at) {
+            // Some compatible vendors send parallel calls without `index` (or all at 0): a new id is a new call.
+            let id = call["id"].as_str().filter(|id| !id.is_empty());
+            let another_call = id.is_some() && id != self.open_call_id.as_deref();
+            if self.block != Block::Tool(at) || another_call {
                 let block = json!({"type": "tool_use", "id": call["id"], "name": function["name"], "input": {}});
                 self.open(out, Block::Tool(at), block);
+                self.open_call_id = id.map(str::to_string);
                 self.any_tool = true;
             }
             if let Some(args) = function["arguments"].as_str().filter(|a| !a.is_empty()) {
@@ -297,6 +304,38 @@ data: [DONE]\n\n";
         assert!(out.is_empty(), "{}", String::from_utf8_lossy(&out));
         s.feed(chunk(r#"{"content":"Hi"}"#).as_bytes(), &mut out);
         assert!(s.emitted_any() && !s.thinking());
+    }
+
+    #[test]
+    fn parallel_calls_without_an_index_are_told_apart_by_id() {
+        let chunk = |delta: &str| format!("data: {{\"id\":\"c\",\"choices\":[{{\"index\":0,\"delta\":{delta}}}]}}\n\n");
+        let mut s = OpenaiStreamToMessages::new("m");
+        let mut out = Vec::new();
+        s.feed(
+            chunk(r#"{"tool_calls":[{"id":"call_a","function":{"name":"f","arguments":"{\"a\":1}"}}]}"#).as_bytes(),
+            &mut out,
+        );
+        s.feed(
+            chunk(r#"{"tool_calls":[{"id":"call_b","function":{"name":"g","arguments":"{\"b\":2}"}}]}"#).as_bytes(),
+            &mut out,
+        );
+        s.feed(b"data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n", &mut out);
+        let ev = events(&out);
+        let starts: Vec<&Value> =
+            ev.iter().filter(|(n, _)| n == "content_block_start").map(|(_, d)| &d["content_block"]).collect();
+        assert_eq!(
+            starts,
+            [
+                &json!({"type": "tool_use", "id": "call_a", "name": "f", "input": {}}),
+                &json!({"type": "tool_use", "id": "call_b", "name": "g", "input": {}})
+            ]
+        );
+        let args: Vec<(u64, &str)> = ev
+            .iter()
+            .filter(|(n, _)| n == "content_block_delta")
+            .map(|(_, d)| (d["index"].as_u64().unwrap(), d["delta"]["partial_json"].as_str().unwrap()))
+            .collect();
+        assert_eq!(args, [(0, "{\"a\":1}"), (1, "{\"b\":2}")]);
     }
 
     #[test]

@@ -329,7 +329,13 @@ impl FromChat {
         }
         for call in delta.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
             let chat_index = call.get("index").and_then(Value::as_u64).unwrap_or(0);
-            let index = match self.calls.iter().find(|(c, _)| *c == chat_index) {
+            // Some compatible vendors send parallel calls without `index` (or all at 0): a new id is a new call.
+            let id = call.get("id").and_then(Value::as_str).filter(|id| !id.is_empty());
+            let same_call = |i: usize| match (&self.items[i], id) {
+                (Item::Call { call_id, .. }, Some(id)) => call_id == id,
+                _ => true,
+            };
+            let index = match self.calls.iter().rev().find(|(c, i)| *c == chat_index && same_call(*i)) {
                 Some((_, i)) => *i,
                 None => {
                     let call_id = call.get("id").and_then(Value::as_str).unwrap_or("").to_string();

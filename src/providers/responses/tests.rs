@@ -416,3 +416,32 @@ fn usage_reader_tolerates_partial_objects() {
         .unwrap();
     assert_eq!((u.input, u.cached_read, u.output, u.reasoning), (0, 3, 2, 0));
 }
+
+/// Parallel calls that a compatible vendor streams without `index` stay two calls, each with its
+/// own arguments.
+#[test]
+fn parallel_calls_without_an_index_are_told_apart_by_id() {
+    let chunk = |delta: &str| {
+        format!("data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{delta},\"finish_reason\":null}}]}}\n\n")
+    };
+    let sse = [
+        chunk(r#"{"role":"assistant","tool_calls":[{"id":"call_a","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]}"#),
+        chunk(r#"{"tool_calls":[{"id":"call_b","type":"function","function":{"name":"g","arguments":"{\"b\":2}"}}]}"#),
+        "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n".to_string(),
+    ]
+    .concat();
+    let (evs, end, _) = run_from_chat("openai", &sse, usize::MAX);
+    assert_eq!(end, StreamEnd::Complete);
+    let output = &evs.last().unwrap()["response"]["output"];
+    let calls: Vec<(Value, Value, Value)> = output
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| (o["call_id"].clone(), o["name"].clone(), o["arguments"].clone()))
+        .collect();
+    assert_eq!(
+        calls,
+        [(json!("call_a"), json!("f"), json!("{\"a\":1}")), (json!("call_b"), json!("g"), json!("{\"b\":2}"))],
+        "{output}"
+    );
+}
