@@ -119,13 +119,22 @@ impl Wrangler {
     }
 
     fn run(&self, args: &[&str]) -> Result<String, String> {
-        let out = Command::new("wrangler")
-            .args(["kv"])
-            .args(args)
-            .args(["--binding", "CONFIG"])
-            .args(&self.target)
-            .output()
-            .map_err(|e| format!("running wrangler: {e} (run via scripts/, which puts it on PATH)"))?;
+        let mut attempt = 0;
+        let out = loop {
+            let out = Command::new("wrangler")
+                .args(["kv"])
+                .args(args)
+                .args(["--binding", "CONFIG"])
+                .args(&self.target)
+                .output()
+                .map_err(|e| format!("running wrangler: {e} (run via scripts/, which puts it on PATH)"))?;
+            attempt += 1;
+            // A running `scripts/dev` holds the local store's lock for moments; get, put and list may repeat.
+            if out.status.success() || attempt >= 6 || !busy(&String::from_utf8_lossy(&out.stderr)) {
+                break out;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(250 * attempt));
+        };
         if !out.status.success() {
             return Err(format!(
                 "wrangler kv {} failed: {}",
@@ -153,6 +162,11 @@ impl Wrangler {
             serde_json::from_str(&self.run(&["key", "list", "--prefix", "key:"])?).map_err(|e| e.to_string())?;
         Ok(listed.as_array().into_iter().flatten().filter_map(|e| e["name"].as_str().map(str::to_string)).collect())
     }
+}
+
+/// Whether wrangler failed only because the local store was locked by another process.
+fn busy(stderr: &str) -> bool {
+    stderr.contains("SQLITE_BUSY") || stderr.contains("database is locked")
 }
 
 /// A value in a private temporary file, removed when dropped.
@@ -348,6 +362,13 @@ fn list_keys(args: &[&str]) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_locked_local_store_is_tried_again() {
+        assert!(busy("error: e = workerd/util/sqlite.c++:842: failed: SQLite failed; database is locked: SQLITE_BUSY"));
+        assert!(!busy("✘ [ERROR] Not logged in."));
+        assert!(!busy(""));
+    }
 
     #[test]
     fn limits_come_from_flags() {
