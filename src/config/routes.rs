@@ -187,16 +187,12 @@ impl Deployment {
     /// The output cap to send: the client's, else the deployment's default, never above its
     /// declared `max_output` (agents ask 32,000 of models that take 16,384 and get a 400).
     pub fn output_cap(&self, requested: Option<u64>) -> Option<u64> {
-        let cap = requested.or(self.default_max_tokens.map(u64::from));
-        self.within_max_output(cap)
+        requested.or(self.default_max_tokens.map(u64::from)).map(|cap| self.within_max_output(cap))
     }
 
     /// `tokens`, lowered to the declared `max_output` when it is above it.
-    pub fn within_max_output(&self, tokens: Option<u64>) -> Option<u64> {
-        match self.capabilities.max_output {
-            Some(most) => tokens.map(|t| t.min(u64::from(most))),
-            None => tokens,
-        }
+    pub fn within_max_output(&self, tokens: u64) -> u64 {
+        self.capabilities.max_output.map_or(tokens, |most| tokens.min(u64::from(most)))
     }
 
     /// The limits its limiter object enforces, if it has anything to enforce.

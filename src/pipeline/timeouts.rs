@@ -115,13 +115,7 @@ impl AttemptClock {
     /// A stream's next chunk while its reasoning is held back from the client: the model has
     /// started, so the idle bound replaces the first-token one; the request's deadline still holds.
     pub fn thinking(&self, now_ms: u64) -> Wait {
-        let idle = Wait { ms: self.timeouts.idle_ms, bound: Bound::Idle, limit_ms: self.timeouts.idle_ms };
-        let bounded = self.earliest(&[(Bound::Total, self.timeouts.total_ms)], true, now_ms);
-        if bounded.ms < idle.ms {
-            bounded
-        } else {
-            idle
-        }
+        self.idle_within(self.earliest(&[(Bound::Total, self.timeouts.total_ms)], true, now_ms))
     }
 
     /// A JSON body (or an error body) once its headers arrived.
@@ -132,11 +126,14 @@ impl AttemptClock {
     /// The next chunk of a stream the client is already reading: the client's deadline no longer
     /// cuts it (it has its answer coming), the idle and total bounds do.
     pub fn next_chunk(&self, now_ms: u64) -> Wait {
-        let t = &self.timeouts;
-        let idle = Wait { ms: t.idle_ms, bound: Bound::Idle, limit_ms: t.idle_ms };
-        let total = self.earliest(&[(Bound::StreamTotal, t.total_ms)], false, now_ms);
-        if total.ms < idle.ms {
-            total
+        self.idle_within(self.earliest(&[(Bound::StreamTotal, self.timeouts.total_ms)], false, now_ms))
+    }
+
+    /// `idle_ms` from now, unless `bound` comes sooner.
+    fn idle_within(&self, bound: Wait) -> Wait {
+        let idle = Wait { ms: self.timeouts.idle_ms, bound: Bound::Idle, limit_ms: self.timeouts.idle_ms };
+        if bound.ms < idle.ms {
+            bound
         } else {
             idle
         }

@@ -64,7 +64,7 @@ pub(super) fn passthrough_chat(
 /// field the vendor takes (or no default to fill in), and `stream_options` already as it must be.
 fn needs_no_rewrite(dep: &Deployment, req: &ChatRequest, force_usage: bool) -> bool {
     let cap = dep.output_cap(req.max_output_tokens());
-    let within = |sent: Option<u64>| dep.within_max_output(sent) == sent;
+    let within = |sent: Option<u64>| sent.is_none_or(|s| dep.within_max_output(s) == s);
     let cap_as_is = match dep.quirks.max_tokens_field {
         MaxTokensField::MaxTokens => req.max_completion_tokens.is_none() && req.max_tokens == cap,
         MaxTokensField::MaxCompletionTokens => req.max_tokens.is_none() && req.max_completion_tokens == cap,
@@ -92,8 +92,8 @@ fn apply_max_tokens(dep: &Deployment, body: &mut ChatRequest) {
         MaxTokensField::MaxCompletionTokens => (body.max_tokens, body.max_completion_tokens) = (None, value),
         MaxTokensField::AsSent if body.max_output_tokens().is_none() => body.max_tokens = value,
         MaxTokensField::AsSent => {
-            body.max_tokens = dep.within_max_output(body.max_tokens);
-            body.max_completion_tokens = dep.within_max_output(body.max_completion_tokens);
+            body.max_tokens = body.max_tokens.map(|t| dep.within_max_output(t));
+            body.max_completion_tokens = body.max_completion_tokens.map(|t| dep.within_max_output(t));
         }
     }
 }

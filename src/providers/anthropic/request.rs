@@ -50,7 +50,7 @@ pub(super) fn translate_request(dep: &Deployment, req: &ChatRequest) -> Result<V
     let mut body = Map::new();
     body.insert("model".into(), Value::from(dep.model.as_str()));
     let asked = req.max_output_tokens().or(dep.default_max_tokens.map(u64::from)).unwrap_or(DEFAULT_MAX_TOKENS);
-    let max_tokens = dep.within_max_output(Some(asked)).unwrap_or(asked);
+    let max_tokens = dep.within_max_output(asked);
     body.insert("max_tokens".into(), Value::from(max_tokens));
     if !system.is_empty() {
         body.insert("system".into(), collapse_system(system));
