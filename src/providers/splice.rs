@@ -1,42 +1,86 @@
 //! The model name spliced into a JSON body without re-encoding anything else: how every door
 //! that speaks its deployment's own format (chat completions to OpenAI, Messages to Anthropic,
 //! Responses to OpenAI) forwards the client's bytes, so key order, unknown fields, thinking
-//! signatures and `cache_control` reach the vendor exactly as the client wrote them.
+//! signatures and `cache_control` reach the vendor exactly as the client wrote them. An output
+//! cap above the deployment's declared `max_output` is spliced down the same way.
 
+use crate::config::routes::Deployment;
 use crate::http::codes;
 use crate::http::error::ApiError;
 use serde_json::Value;
 
+/// A top-level integer field held to a ceiling: a larger value is replaced by `most`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ceiling<'a> {
+    pub field: &'a str,
+    pub most: u64,
+}
+
+impl<'a> Ceiling<'a> {
+    /// `field` held to the deployment's declared `max_output`, when it declares one.
+    pub fn max_output(dep: &Deployment, field: &'a str) -> Option<Ceiling<'a>> {
+        dep.capabilities.max_output.map(|most| Ceiling { field, most: u64::from(most) })
+    }
+}
+
 /// Replaces the value of every top-level `"model"` key with `model`, leaving every other byte as
 /// it was. The body must be a JSON object whose `model` is a string.
 pub fn splice_model(body: &[u8], model: &str) -> Result<Vec<u8>, ApiError> {
-    let spans = model_spans(body).ok_or_else(|| {
+    splice_model_within(body, model, None)
+}
+
+/// As [`splice_model`], and every top-level `ceiling.field` that is an integer above
+/// `ceiling.most` becomes `ceiling.most` (any other value travels as sent, for the vendor to judge).
+pub fn splice_model_within(body: &[u8], model: &str, ceiling: Option<Ceiling>) -> Result<Vec<u8>, ApiError> {
+    let spans = top_level_spans(body, ceiling.map(|c| c.field)).ok_or_else(|| {
         ApiError::invalid_request(codes::INVALID_JSON, "The request body is not a valid JSON object.")
     })?;
-    if spans.is_empty() {
+    if !spans.iter().any(|s| s.key == Key::Model) {
         return Err(
             ApiError::invalid_request(codes::MISSING_REQUIRED_PARAMETER, "model: Field required").with_param("model")
         );
     }
     let replacement = Value::from(model).to_string();
+    let lowered = ceiling.map(|c| c.most.to_string()).unwrap_or_default();
     let mut out = Vec::with_capacity(body.len() + replacement.len());
     let mut from = 0;
-    for (start, end) in spans {
-        if body.get(start) != Some(&b'"') {
-            return Err(ApiError::invalid_request(codes::INVALID_TYPE, "model: Input should be a valid string")
-                .with_param("model"));
-        }
+    for Span { key, start, end } in spans {
+        let value = &body[start..end];
+        let with = match key {
+            Key::Model if value.first() != Some(&b'"') => {
+                return Err(ApiError::invalid_request(codes::INVALID_TYPE, "model: Input should be a valid string")
+                    .with_param("model"));
+            }
+            Key::Model => &replacement,
+            Key::Ceiling => match (std::str::from_utf8(value).ok().and_then(|v| v.parse::<u64>().ok()), ceiling) {
+                (Some(sent), Some(c)) if sent > c.most => &lowered,
+                _ => continue,
+            },
+        };
         out.extend_from_slice(&body[from..start]);
-        out.extend_from_slice(replacement.as_bytes());
+        out.extend_from_slice(with.as_bytes());
         from = end;
     }
     out.extend_from_slice(&body[from..]);
     Ok(out)
 }
 
-/// The byte spans of the values of the top-level `model` keys; `None` if the body is not one
-/// well-formed JSON object.
-fn model_spans(body: &[u8]) -> Option<Vec<(usize, usize)>> {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Key {
+    Model,
+    Ceiling,
+}
+
+/// Where one top-level value of interest lies in the body.
+struct Span {
+    key: Key,
+    start: usize,
+    end: usize,
+}
+
+/// The byte spans of the values of the top-level `model` keys (and `field` keys), in order;
+/// `None` if the body is not one well-formed JSON object.
+fn top_level_spans(body: &[u8], field: Option<&str>) -> Option<Vec<Span>> {
     let mut scan = Scanner { bytes: body, pos: 0 };
     let mut spans = Vec::new();
     scan.ws();
@@ -49,14 +93,14 @@ fn model_spans(body: &[u8]) -> Option<Vec<(usize, usize)>> {
             scan.ws();
             let key_start = scan.pos;
             scan.string()?;
-            let key: String = serde_json::from_slice(&body[key_start..scan.pos]).ok()?;
+            let key = key_named(&body[key_start..scan.pos], field)?;
             scan.ws();
             scan.expect(b':')?;
             scan.ws();
-            let value_start = scan.pos;
+            let start = scan.pos;
             scan.value(0)?;
-            if key == "model" {
-                spans.push((value_start, scan.pos));
+            if let Some(key) = key {
+                spans.push(Span { key, start, end: scan.pos });
             }
             scan.ws();
             match scan.next()? {
@@ -68,6 +112,26 @@ fn model_spans(body: &[u8]) -> Option<Vec<(usize, usize)>> {
     }
     scan.ws();
     (scan.pos == body.len()).then_some(spans)
+}
+
+/// Which key of interest a quoted key is, if any; `None` if it does not decode. A plain ASCII
+/// key without escapes is compared as it stands, without decoding it into a new string.
+fn key_named(quoted: &[u8], field: Option<&str>) -> Option<Option<Key>> {
+    let inner = &quoted[1..quoted.len() - 1];
+    let decoded;
+    let name: &[u8] = if inner.is_ascii() && !inner.contains(&b'\\') {
+        inner
+    } else {
+        decoded = serde_json::from_slice::<String>(quoted).ok()?;
+        decoded.as_bytes()
+    };
+    Some(if name == b"model" {
+        Some(Key::Model)
+    } else if field.is_some_and(|f| f.as_bytes() == name) {
+        Some(Key::Ceiling)
+    } else {
+        None
+    })
 }
 
 /// Just enough of a JSON reader to find where values end; strings are checked for their quotes
@@ -224,5 +288,54 @@ mod tests {
             splice_model(b"{\"model\":\"a\",\"model\":\"b\"}", "m").unwrap(),
             b"{\"model\":\"m\",\"model\":\"m\"}"
         );
+    }
+
+    #[test]
+    fn an_output_cap_above_the_ceiling_is_spliced_down_and_nothing_else_moves() {
+        let cap = Some(Ceiling { field: "max_tokens", most: 16384 });
+        let body = br#"{"model":"a", "max_tokens" : 32000,"metadata":{"max_tokens":99999},"stream":true}"#;
+        let out = splice_model_within(body, "m", cap).unwrap();
+        assert_eq!(out, br#"{"model":"m", "max_tokens" : 16384,"metadata":{"max_tokens":99999},"stream":true}"#);
+        // At or below the ceiling, absent, not an integer, or no ceiling: only the model changes.
+        for kept in [
+            &br#"{"max_tokens":16384,"model":"a"}"#[..],
+            br#"{"max_tokens":1,"model":"a"}"#,
+            br#"{"model":"a"}"#,
+            br#"{"max_tokens":3.2e4,"model":"a"}"#,
+            br#"{"max_tokens":-1,"model":"a"}"#,
+            br#"{"max_tokens":"32000","model":"a"}"#,
+            br#"{"max_tokens":null,"model":"a"}"#,
+            br#"{"max_tokens":99999999999999999999999,"model":"a"}"#,
+        ] {
+            let expected = String::from_utf8_lossy(kept).replace("\"a\"", "\"m\"");
+            assert_eq!(String::from_utf8(splice_model_within(kept, "m", cap).unwrap()).unwrap(), expected);
+        }
+        let big = br#"{"max_tokens":32000,"model":"a"}"#;
+        assert_eq!(splice_model_within(big, "m", None).unwrap(), br#"{"max_tokens":32000,"model":"m"}"#);
+        // An escaped key and a duplicate are held too; the Responses field by its own name.
+        let escaped = br#"{"max\u005ftokens":20000,"model":"a","max_tokens":17000}"#;
+        assert_eq!(
+            splice_model_within(escaped, "m", cap).unwrap(),
+            br#"{"max\u005ftokens":16384,"model":"m","max_tokens":16384}"#
+        );
+        let responses = Some(Ceiling { field: "max_output_tokens", most: 100 });
+        assert_eq!(
+            splice_model_within(br#"{"model":"a","max_output_tokens":128000,"max_tokens":5000}"#, "m", responses)
+                .unwrap(),
+            br#"{"model":"m","max_output_tokens":100,"max_tokens":5000}"#
+        );
+        // The model is still required, and a bad body is still refused.
+        assert_eq!(splice_model_within(br#"{"max_tokens":5}"#, "m", cap).unwrap_err().param.as_deref(), Some("model"));
+        assert_eq!(splice_model_within(b"{\"max_tokens\":5", "m", cap).unwrap_err().code, codes::INVALID_JSON);
+    }
+
+    #[test]
+    fn keys_that_are_not_plain_ascii_are_decoded_before_they_are_compared() {
+        assert_eq!(
+            splice_model("{\"mod\u{e9}l\":1,\"model\":\"a\"}".as_bytes(), "m").unwrap(),
+            "{\"mod\u{e9}l\":1,\"model\":\"m\"}".as_bytes()
+        );
+        // A key that is not UTF-8 is not a JSON body.
+        assert_eq!(splice_model(b"{\"mo\xffdel\":1,\"model\":\"a\"}", "m").unwrap_err().code, codes::INVALID_JSON);
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! The client's body goes upstream byte for byte except the top-level `model` value, which is
 //! spliced (never re-serialised, so key order, unknown fields, thinking signatures and
-//! `cache_control` survive); `anthropic-version` and `anthropic-beta` are forwarded as sent.
+//! `cache_control` survive), and a `max_tokens` above the deployment's `max_output`, spliced
+//! down; `anthropic-version` and `anthropic-beta` are forwarded as sent.
 //! Answers come back as the vendor sent them: the JSON body unchanged, every SSE event relayed
 //! verbatim, while the usage is read from `message_start` / `message_delta` (or the body).
 
@@ -12,7 +13,7 @@ use crate::config::routes::{Deployment, ProviderKind};
 use crate::http::codes;
 use crate::http::error::ApiError;
 use crate::http::sse::SseParser;
-use crate::providers::splice::splice_model;
+use crate::providers::splice::{splice_model_within, Ceiling};
 use crate::providers::{classify, endpoint, headers, read_json, StreamEnd, UpstreamCall, UpstreamError};
 use serde_json::Value;
 
@@ -32,7 +33,8 @@ pub enum MessagesCall {
     CountTokens,
 }
 
-/// The vendor request: the client's bytes with the deployment's model spliced in.
+/// The vendor request: the client's bytes with the deployment's model spliced in, and
+/// `max_tokens` held to the deployment's declared `max_output`.
 pub fn build(
     dep: &Deployment,
     body: &[u8],
@@ -40,7 +42,7 @@ pub fn build(
     client: &ClientHeaders,
     call: MessagesCall,
 ) -> Result<UpstreamCall, ApiError> {
-    let spliced = splice_model(body, &dep.model)?;
+    let spliced = splice_model_within(body, &dep.model, Ceiling::max_output(dep, "max_tokens"))?;
     let body = String::from_utf8(spliced)
         .map_err(|_| ApiError::invalid_request(codes::INVALID_JSON, "The request body is not valid UTF-8."))?;
     let version =

@@ -1,6 +1,7 @@
 //! The OpenAI Responses API (`POST /v1/responses`) towards vendors: passed through to deployments
-//! that declare `"apis": [..., "responses"]` (body with only the model spliced, events relayed,
-//! usage read from `response.completed` or the JSON body), otherwise translated to chat
+//! that declare `"apis": [..., "responses"]` (body with only the model spliced, and an output cap
+//! above the deployment's `max_output`; events relayed, usage read from `response.completed` or
+//! the JSON body), otherwise translated to chat
 //! completions (`request`) and the answer written back as a response object or events
 //! (`answer`, `stream`). Pure: no clocks, no I/O.
 
@@ -8,16 +9,18 @@ pub mod answer;
 pub mod request;
 pub mod stream;
 
-use super::splice::splice_model;
+use super::splice::{splice_model_within, Ceiling};
 use super::{endpoint, headers, read_json, UpstreamCall, UpstreamError};
 use crate::canonical::usage::Usage;
 use crate::config::routes::Deployment;
 use crate::http::codes;
 use crate::http::error::ApiError;
 
-/// The client's body to the vendor's `/responses`, unchanged but for the model name.
+/// The client's body to the vendor's `/responses`, unchanged but for the model name and a
+/// `max_output_tokens` above the deployment's `max_output`.
 pub fn build_passthrough(dep: &Deployment, body: &[u8], credential: &str) -> Result<UpstreamCall, ApiError> {
-    let body = String::from_utf8(splice_model(body, &dep.model)?)
+    let ceiling = Ceiling::max_output(dep, "max_output_tokens");
+    let body = String::from_utf8(splice_model_within(body, &dep.model, ceiling)?)
         .map_err(|_| ApiError::invalid_request(codes::INVALID_JSON, "The request body is not valid UTF-8 JSON."))?;
     Ok(UpstreamCall { url: endpoint(&dep.base_url, "/responses"), headers: headers(dep, credential, &[]), body })
 }

@@ -451,6 +451,18 @@ fn an_agents_output_cap_is_held_to_the_deployments_max_output() {
     assert_ne!(id(&first), id(&second), "two turns, two message ids");
 }
 
+/// Passed through to an Anthropic deployment, the body keeps every byte but the model and a
+/// `max_tokens` above the deployment's declared `max_output` (8,192 here).
+#[test]
+fn a_passed_through_output_cap_is_held_to_the_deployments_max_output() {
+    let body = r#"{"max_tokens":32000,"model":"msg-claude-capped","messages":[{"role":"user","content":"hi"}],"x_unknown":{"max_tokens":32000}}"#;
+    let r = post_raw("/v1/messages", KEY, body, &[]);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let sent = stack().upstream_last(&r);
+    let expected = body.replacen("32000", "8192", 1).replacen("msg-claude-capped", "claude-msg-capped", 1);
+    assert_eq!(sent["body_raw"].as_str(), Some(expected.as_str()));
+}
+
 /// Claude Code's turns carry several text blocks; DeepSeek takes `content` only as a string.
 #[test]
 fn a_string_content_deployment_gets_text_blocks_as_one_string() {

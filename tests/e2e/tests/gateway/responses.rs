@@ -82,6 +82,18 @@ fn pass_through_body_is_byte_identical_apart_from_the_model() {
     assert_eq!(up["body_raw"].as_str(), Some(expected.as_str()));
 }
 
+/// An output cap above the deployment's declared `max_output` (4,096) is the one other byte changed.
+#[test]
+fn pass_through_output_cap_is_held_to_the_deployments_max_output() {
+    let s = stack();
+    let body = r#"{"model":"resp-capped","input":"Say hello once","max_output_tokens":128000,"store":false}"#;
+    let r = post_raw(s, body, &[]);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let up = s.upstream_last(&r);
+    let expected = body.replacen("resp-capped", "e2e-resp-capped", 1).replacen("128000", "4096", 1);
+    assert_eq!(up["body_raw"].as_str(), Some(expected.as_str()));
+}
+
 #[test]
 fn pass_through_stream_relays_events_and_usage_with_reasoning() {
     let s = stack();
