@@ -3,26 +3,66 @@
 // ready (the module, and so the wasm, loaded), then the first request (nothing compiled by use,
 // nothing cached: the gateway reads its key's and tenant's records, routes, budgets and prices
 // from KV and asks for its first lease) and the second (already warm), each on a new connection.
+// Then the young isolate's CPU per request, in blocks up to its 1,000th request (one kept-alive
+// connection, one request at a time): V8 runs new code unoptimised and compiles what gets hot
+// while requests wait on the same process, so an isolate's first hundreds of requests cost more.
 //
 // usage: node coldstart.cjs GATEWAY_CONFIG DEV_VARS SEED_JSON STATE_ROOT FLOOR_DIR MOCK_URL ROUNDS
 //                           GATEWAY_BODY GATEWAY_KEY FLOOR_BODY MOCK_KEY
-// prints JSON: {"gateway": {"ready_ms": [...], "first_ms": [...], "second_ms": [...]}, "passthrough": {...}}
+// prints JSON: {"gateway": {"ready_ms": [...], "first_ms": [...], "second_ms": [...],
+//                             "young_cpu_ms": {"3-100": [...], ...}}, "passthrough": {...}}
 "use strict";
+const fs = require("fs");
 const http = require("http");
+const { execFileSync } = require("child_process");
 const { startGateway, seed, startFloor } = require("./mf.cjs");
 
 const [config, devVars, seedFile, stateRoot, floorDir, mockUrl, rounds, gwBody, gwKey, floorBody, mockKey] =
   process.argv.slice(2);
 
+const CLK_TCK = Number(execFileSync("getconf", ["CLK_TCK"]).toString().trim());
+// Requests 3–100, 101–500 and 501–1000: after the first two, each block's CPU per request.
+const BLOCKS = [
+  [3, 100],
+  [101, 500],
+  [501, 1000],
+];
+
+/** `/proc/PID/stat` fields after the command name (state is [0], ppid [1], utime [11], stime [12]). */
+function statFields(pid) {
+  const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
+  return { comm: stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")")), rest: stat.slice(stat.lastIndexOf(")") + 2).split(" ") };
+}
+
+/** The workerd processes this node process has started (Miniflare spawns one per instance). */
+function workerdChildren() {
+  const pids = new Set();
+  for (const name of fs.readdirSync("/proc")) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const { comm, rest } = statFields(name);
+      if (comm === "workerd" && Number(rest[1]) === process.pid) pids.add(Number(name));
+    } catch {
+      // The process ended while the list was read.
+    }
+  }
+  return pids;
+}
+
+function cpuMs(pid) {
+  const { rest } = statFields(pid);
+  return ((Number(rest[11]) + Number(rest[12])) * 1000) / CLK_TCK;
+}
+
 /** One POST on a new connection, timed from the request to the last byte of the answer. */
-function post(url, body, key) {
+function post(url, body, key, agent = false) {
   return new Promise((resolve, reject) => {
     const t0 = process.hrtime.bigint();
     const req = http.request(
       url,
       {
         method: "POST",
-        agent: false,
+        agent,
         headers: { "content-type": "application/json", authorization: `Bearer ${key}`, "content-length": Buffer.byteLength(body) },
       },
       (res) => {
@@ -40,23 +80,35 @@ function post(url, body, key) {
 }
 
 async function measure(start, prepare, path, body, key, out) {
+  const before = workerdChildren();
   const t0 = process.hrtime.bigint();
   const mf = await start();
   out.ready_ms.push(Number(process.hrtime.bigint() - t0) / 1e6);
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
   try {
     await prepare(mf);
     const url = new URL(path, await mf.ready).href;
     out.first_ms.push(await post(url, body, key));
     out.second_ms.push(await post(url, body, key));
+    const started = [...workerdChildren()].filter((pid) => !before.has(pid));
+    if (started.length !== 1) throw new Error(`expected one new workerd process, found ${started.length}`);
+    for (const [from, to] of BLOCKS) {
+      const cpu0 = cpuMs(started[0]);
+      for (let i = from; i <= to; i++) await post(url, body, key, agent);
+      // The block's usage events leave in batches up to 20 ms after it: counted with it.
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      (out.young_cpu_ms[`${from}-${to}`] ||= []).push((cpuMs(started[0]) - cpu0) / (to - from + 1));
+    }
   } finally {
+    agent.destroy();
     await mf.dispose();
   }
 }
 
 async function main() {
   const result = {
-    gateway: { ready_ms: [], first_ms: [], second_ms: [] },
-    passthrough: { ready_ms: [], first_ms: [], second_ms: [] },
+    gateway: { ready_ms: [], first_ms: [], second_ms: [], young_cpu_ms: {} },
+    passthrough: { ready_ms: [], first_ms: [], second_ms: [], young_cpu_ms: {} },
   };
   for (let i = 0; i < Number(rounds); i++) {
     // The seed goes in through Miniflare's own API, which does not run the worker.

@@ -690,10 +690,16 @@ def sparse_section(results):
 
 def cold_start(results):
     """The cold-start table (coldstart.cjs): lines to print, or none when it was not measured."""
-    cold = load(os.path.join(results, "coldstart.json"))
+    # The workers' own log lines share coldstart.cjs's stdout; its result is the last line.
+    try:
+        with open(os.path.join(results, "coldstart.json")) as f:
+            lines = [line for line in f if line.startswith('{"gateway"')]
+        cold = json.loads(lines[-1]) if lines else None
+    except (OSError, ValueError):
+        cold = None
     if not cold:
         return []
-    med = {who: {k: statistics.median(v) for k, v in d.items()} for who, d in cold.items()}
+    med = {who: {k: statistics.median(v) for k, v in d.items() if k != "young_cpu_ms"} for who, d in cold.items()}
     g, b = med["gateway"], med["passthrough"]
     n = len(cold["gateway"]["first_ms"])
     out = [f"**Cold start** (Miniflare; each round starts a new workerd process, so a new isolate, for each worker; "
@@ -711,6 +717,19 @@ def cold_start(results):
             "route table, the budgets and the prices from KV (side by side), asks the deployment's Durable Object "
             "for its first lease and runs every wasm function on its path for the first time (V8 compiles each on "
             "its first call).", ""]
+    young = {who: d.get("young_cpu_ms") or {} for who, d in cold.items()}
+    blocks = list(young["gateway"])
+    if blocks and all(young["passthrough"].get(b) for b in blocks):
+        out += ["The same young isolates' CPU per request (ms; the workerd process, medians of the rounds), a request at a "
+                "time on one kept-alive connection, each block's usage export counted with it. V8 runs new code "
+                "unoptimised at first and compiles what gets hot on the same process:", "",
+                "| requests | " + " | ".join(blocks) + " |", "|---|" + "---:|" * len(blocks)]
+        for label, who in (("passthrough worker", "passthrough"), ("gateway", "gateway")):
+            out.append(f"| {label} | " + " | ".join(f"{statistics.median(young[who][b]):.2f}" for b in blocks) + " |")
+        out.append("| gateway ÷ passthrough | " + " | ".join(
+            f"{statistics.median(young['gateway'][b]) / max(statistics.median(young['passthrough'][b]), 1e-9):.1f}×"
+            for b in blocks) + " |")
+        out.append("")
     return out
 
 
