@@ -8,16 +8,16 @@
 // while requests wait on the same process, so an isolate's first hundreds of requests cost more.
 //
 // usage: node coldstart.cjs GATEWAY_CONFIG DEV_VARS SEED_JSON STATE_ROOT FLOOR_DIR MOCK_URL ROUNDS
-//                           GATEWAY_BODY GATEWAY_KEY FLOOR_BODY MOCK_KEY
-// prints JSON: {"gateway": {"ready_ms": [...], "first_ms": [...], "second_ms": [...],
-//                             "young_cpu_ms": {"3-100": [...], ...}}, "passthrough": {...}}
+//                           GATEWAY_BODY GATEWAY_KEY FLOOR_BODY MOCK_KEY OUT_JSON
+// writes OUT_JSON (the workers' own log lines share stdout): {"gateway": {"ready_ms": [...],
+//   "first_ms": [...], "second_ms": [...], "young_cpu_ms": {"3-100": [...], ...}}, "passthrough": {...}}
 "use strict";
 const fs = require("fs");
 const http = require("http");
 const { execFileSync } = require("child_process");
 const { startGateway, seed, startFloor } = require("./mf.cjs");
 
-const [config, devVars, seedFile, stateRoot, floorDir, mockUrl, rounds, gwBody, gwKey, floorBody, mockKey] =
+const [config, devVars, seedFile, stateRoot, floorDir, mockUrl, rounds, gwBody, gwKey, floorBody, mockKey, outJson] =
   process.argv.slice(2);
 
 const CLK_TCK = Number(execFileSync("getconf", ["CLK_TCK"]).toString().trim());
@@ -117,7 +117,7 @@ async function main() {
     const floor = () => startFloor({ floorDir, mockUrl, port: 0 });
     await measure(floor, async () => {}, "/passthrough/v1/chat/completions", floorBody, mockKey, result.passthrough);
   }
-  console.log(JSON.stringify(result));
+  fs.writeFileSync(outJson, JSON.stringify(result));
 }
 
 main().catch((e) => {

@@ -690,13 +690,7 @@ def sparse_section(results):
 
 def cold_start(results):
     """The cold-start table (coldstart.cjs): lines to print, or none when it was not measured."""
-    # The workers' own log lines share coldstart.cjs's stdout; its result is the last line.
-    try:
-        with open(os.path.join(results, "coldstart.json")) as f:
-            lines = [line for line in f if line.startswith('{"gateway"')]
-        cold = json.loads(lines[-1]) if lines else None
-    except (OSError, ValueError):
-        cold = None
+    cold = load(os.path.join(results, "coldstart.json"))
     if not cold:
         return []
     med = {who: {k: statistics.median(v) for k, v in d.items() if k != "young_cpu_ms"} for who, d in cold.items()}

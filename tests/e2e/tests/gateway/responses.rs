@@ -51,14 +51,10 @@ fn post_raw(s: &Stack, body: &str, headers: &[(&str, &str)]) -> e2e::client::Rep
     for (k, val) in headers {
         req = req.set(k, val);
     }
-    let resp = match req.send_string(body) {
-        Ok(r) | Err(ureq::Error::Status(_, r)) => r,
+    match req.send_string(body) {
+        Ok(r) | Err(ureq::Error::Status(_, r)) => e2e::client::collect(r),
         Err(e) => panic!("POST /v1/responses: {e}"),
-    };
-    let status = resp.status();
-    let headers =
-        resp.headers_names().into_iter().map(|n| (n.clone(), resp.header(&n).unwrap_or("").to_string())).collect();
-    e2e::client::Reply { status, headers, body: resp.into_string().unwrap_or_default() }
+    }
 }
 
 #[test]
