@@ -11,10 +11,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 pub mod completion;
+mod decode;
+mod path;
 pub mod usage;
 mod validate;
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[cfg_attr(test, derive(Deserialize))]
 pub struct ChatRequest {
     pub model: String,
     pub messages: Vec<Message>,
@@ -50,7 +53,8 @@ pub struct ChatRequest {
     pub extra: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[cfg_attr(test, derive(Deserialize))]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     System,
@@ -63,7 +67,8 @@ pub enum Role {
     Function,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[cfg_attr(test, derive(Deserialize))]
 pub struct Message {
     pub role: Role,
     /// Serialized as `null` when absent: an assistant turn that only calls tools.
@@ -79,7 +84,8 @@ pub struct Message {
     pub extra: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(test, derive(Deserialize))]
 #[serde(untagged)]
 pub enum Content {
     Text(String),
@@ -104,7 +110,8 @@ impl Content {
 }
 
 /// One part of a multi-part content array; `kind` is `text`, `image_url`, or a type this gateway passes on.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[cfg_attr(test, derive(Deserialize))]
 pub struct ContentPart {
     #[serde(rename = "type")]
     pub kind: String,
@@ -116,7 +123,8 @@ pub struct ContentPart {
     pub extra: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[cfg_attr(test, derive(Deserialize))]
 pub struct ImageUrl {
     pub url: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -125,7 +133,8 @@ pub struct ImageUrl {
     pub extra: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[cfg_attr(test, derive(Deserialize))]
 pub struct Tool {
     #[serde(rename = "type")]
     pub kind: String,
@@ -135,7 +144,8 @@ pub struct Tool {
     pub extra: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[cfg_attr(test, derive(Deserialize))]
 pub struct FunctionDef {
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -146,6 +156,7 @@ pub struct FunctionDef {
     pub extra: Map<String, Value>,
 }
 
+/// Also read from a cached completion's message (`cache::policy`), hence `Deserialize`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ToolCall {
     pub id: String,
@@ -166,7 +177,8 @@ pub struct FunctionCall {
     pub extra: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(test, derive(Deserialize))]
 #[serde(from = "Value", into = "Value")]
 pub enum ToolChoice {
     None,
@@ -177,7 +189,8 @@ pub enum ToolChoice {
     Other(Value),
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[cfg_attr(test, derive(Deserialize))]
 pub struct ResponseFormat {
     /// `text`, `json_object` or `json_schema`.
     #[serde(rename = "type")]
@@ -188,7 +201,8 @@ pub struct ResponseFormat {
     pub extra: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[cfg_attr(test, derive(Deserialize))]
 pub struct JsonSchemaFormat {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
@@ -202,14 +216,16 @@ pub struct JsonSchemaFormat {
     pub extra: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(test, derive(Deserialize))]
 #[serde(untagged)]
 pub enum Stop {
     One(String),
     Many(Vec<String>),
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[cfg_attr(test, derive(Deserialize))]
 pub struct StreamOptions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub include_usage: Option<bool>,
@@ -274,8 +290,13 @@ impl ChatRequest {
                 format!("We could not parse the JSON body of your request ({e}). The API expects a JSON object."),
             )
         })?;
+        Self::from_json(value)
+    }
+
+    /// Validates and decodes a body already read as JSON (a translated door's request).
+    pub fn from_json(value: Value) -> Result<ChatRequest, ApiError> {
         validate::request(&value)?;
-        serde_json::from_value(value).map_err(|e| ApiError::invalid_request(codes::INVALID_REQUEST, e.to_string()))
+        decode::request(value)
     }
 
     pub fn is_stream(&self) -> bool {

@@ -1,8 +1,30 @@
 //! Checks the raw JSON before typed decoding so that errors carry a precise message and `param`.
 
+use super::path::Path;
 use crate::http::codes;
 use crate::http::error::ApiError;
 use serde_json::{Map, Value};
+
+/// The request's keys that are checked, in the order [`request`] destructures them.
+const REQUEST_KEYS: [&str; 17] = [
+    "model",
+    "messages",
+    "tools",
+    "tool_choice",
+    "response_format",
+    "temperature",
+    "top_p",
+    "seed",
+    "max_tokens",
+    "max_completion_tokens",
+    "n",
+    "stop",
+    "stream",
+    "parallel_tool_calls",
+    "stream_options",
+    "user",
+    "metadata",
+];
 
 const ROLES: [&str; 6] = ["system", "developer", "user", "assistant", "tool", "function"];
 
@@ -13,11 +35,16 @@ pub(super) fn request(v: &Value) -> Result<(), ApiError> {
             format!("The request body must be a JSON object, but got {} instead.", kind(v)),
         ));
     };
-    let model = required(obj, "model", "model")?;
-    if string(model, "model")?.is_empty() {
+    let root = Path::Root;
+    let [model, messages, tools, choice, format, rest @ ..] = pick(obj, REQUEST_KEYS);
+    let [temperature, top_p, seed, max_tokens, max_completion, n, stops, stream, parallel, options, user, metadata] =
+        rest;
+    let model = need(model, "model", &root)?;
+    if string(model, &root.key("model"))?.is_empty() {
         return Err(invalid_value("model", "'model' must not be empty."));
     }
-    let messages = array(required(obj, "messages", "messages")?, "messages")?;
+    let messages_at = root.key("messages");
+    let messages = array(need(messages, "messages", &root)?, &messages_at)?;
     if messages.is_empty() {
         return Err(ApiError::invalid_request(
             codes::EMPTY_ARRAY,
@@ -26,113 +53,108 @@ pub(super) fn request(v: &Value) -> Result<(), ApiError> {
         .with_param("messages"));
     }
     for (i, m) in messages.iter().enumerate() {
-        message(m, &format!("messages[{i}]"))?;
+        message(m, &messages_at.index(i))?;
     }
-    if let Some(tools) = optional(obj, "tools") {
-        for (i, t) in array(tools, "tools")?.iter().enumerate() {
-            tool(t, &format!("tools[{i}]"))?;
+    if let Some(tools) = tools {
+        let at = root.key("tools");
+        for (i, t) in array(tools, &at)?.iter().enumerate() {
+            tool(t, &at.index(i))?;
         }
     }
-    if let Some(choice) = optional(obj, "tool_choice") {
+    if let Some(choice) = choice {
         tool_choice(choice)?;
     }
-    if let Some(format) = optional(obj, "response_format") {
+    if let Some(format) = format {
         response_format(format)?;
     }
-    for key in ["temperature", "top_p"] {
-        if let Some(x) = optional(obj, key) {
-            if !x.is_number() {
-                return Err(invalid_type(key, "a number", x));
-            }
+    for (key, x) in [("temperature", temperature), ("top_p", top_p)] {
+        if let Some(x) = x.filter(|x| !x.is_number()) {
+            return Err(invalid_type(key, "a number", x));
         }
     }
-    if let Some(x) = optional(obj, "seed") {
-        if x.as_i64().is_none() {
-            return Err(invalid_type("seed", "an integer", x));
+    if let Some(x) = seed.filter(|x| x.as_i64().is_none()) {
+        return Err(invalid_type("seed", "an integer", x));
+    }
+    for (key, x) in [("max_tokens", max_tokens), ("max_completion_tokens", max_completion), ("n", n)] {
+        if let Some(x) = x {
+            positive_integer(x, &root.key(key))?;
         }
     }
-    for key in ["max_tokens", "max_completion_tokens", "n"] {
-        if let Some(x) = optional(obj, key) {
-            positive_integer(x, key)?;
-        }
-    }
-    if let Some(x) = optional(obj, "stop") {
+    if let Some(x) = stops {
         stop(x)?;
     }
-    for key in ["stream", "parallel_tool_calls"] {
-        if let Some(x) = optional(obj, key) {
-            boolean(x, key)?;
+    for (key, x) in [("stream", stream), ("parallel_tool_calls", parallel)] {
+        if let Some(x) = x {
+            boolean(x, &root.key(key))?;
         }
     }
-    if let Some(x) = optional(obj, "stream_options") {
-        let opts = object(x, "stream_options")?;
+    if let Some(x) = options {
+        let at = root.key("stream_options");
+        let opts = object(x, &at)?;
         if let Some(inc) = optional(opts, "include_usage") {
-            boolean(inc, "stream_options.include_usage")?;
+            boolean(inc, &at.key("include_usage"))?;
         }
     }
-    if let Some(x) = optional(obj, "user") {
-        string(x, "user")?;
+    if let Some(x) = user {
+        string(x, &root.key("user"))?;
     }
-    if let Some(x) = optional(obj, "metadata") {
-        object(x, "metadata")?;
+    if let Some(x) = metadata {
+        object(x, &root.key("metadata"))?;
     }
     Ok(())
 }
 
-fn message(v: &Value, path: &str) -> Result<(), ApiError> {
-    let obj = object(v, path)?;
-    let role_path = format!("{path}.role");
-    let role = string(required(obj, "role", &role_path)?, &role_path)?;
+fn message(v: &Value, at: &Path) -> Result<(), ApiError> {
+    let obj = object(v, at)?;
+    let [role, content_, name, tool_call_id, tool_calls] =
+        pick(obj, ["role", "content", "name", "tool_call_id", "tool_calls"]);
+    let role_at = at.key("role");
+    let role = string(need(role, "role", at)?, &role_at)?;
     if !ROLES.contains(&role) {
         return Err(invalid_value(
-            &role_path,
+            &role_at.render(),
             &format!(
                 "Invalid value: '{role}'. Supported values are: 'system', 'developer', 'user', 'assistant', 'tool', and 'function'."
             ),
         ));
     }
-    let content_path = format!("{path}.content");
-    match optional(obj, "content") {
-        Some(c) => content(c, &content_path)?,
-        None if role != "assistant" => return Err(missing(&content_path)),
+    match content_ {
+        Some(c) => content(c, &at.key("content"))?,
+        None if role != "assistant" => return Err(missing(&at.key("content").render())),
         None => {}
     }
-    if let Some(name) = optional(obj, "name") {
-        string(name, &format!("{path}.name"))?;
+    if let Some(name) = name {
+        string(name, &at.key("name"))?;
     }
     if role == "tool" {
-        let p = format!("{path}.tool_call_id");
-        string(required(obj, "tool_call_id", &p)?, &p)?;
+        string(need(tool_call_id, "tool_call_id", at)?, &at.key("tool_call_id"))?;
     }
-    if let Some(calls) = optional(obj, "tool_calls") {
-        let calls_path = format!("{path}.tool_calls");
-        for (i, call) in array(calls, &calls_path)?.iter().enumerate() {
-            tool_call(call, &format!("{calls_path}[{i}]"))?;
+    if let Some(calls) = tool_calls {
+        let calls_at = at.key("tool_calls");
+        for (i, call) in array(calls, &calls_at)?.iter().enumerate() {
+            tool_call(call, &calls_at.index(i))?;
         }
     }
     Ok(())
 }
 
-fn content(v: &Value, path: &str) -> Result<(), ApiError> {
+fn content(v: &Value, at: &Path) -> Result<(), ApiError> {
     let parts = match v {
         Value::String(_) => return Ok(()),
         Value::Array(parts) => parts,
-        other => return Err(invalid_type(path, "one of a string or array of objects", other)),
+        other => return Err(invalid_type(&at.render(), "one of a string or array of objects", other)),
     };
     for (i, part) in parts.iter().enumerate() {
-        let p = format!("{path}[{i}]");
+        let p = at.index(i);
         let obj = object(part, &p)?;
-        let type_path = format!("{p}.type");
-        match string(required(obj, "type", &type_path)?, &type_path)? {
+        match string(required(obj, "type", &p)?, &p.key("type"))? {
             "text" => {
-                let tp = format!("{p}.text");
-                string(required(obj, "text", &tp)?, &tp)?;
+                string(required(obj, "text", &p)?, &p.key("text"))?;
             }
             "image_url" => {
-                let ip = format!("{p}.image_url");
-                let image = object(required(obj, "image_url", &ip)?, &ip)?;
-                let up = format!("{ip}.url");
-                string(required(image, "url", &up)?, &up)?;
+                let ip = p.key("image_url");
+                let image = object(required(obj, "image_url", &p)?, &ip)?;
+                string(required(image, "url", &ip)?, &ip.key("url"))?;
             }
             _ => {}
         }
@@ -140,40 +162,36 @@ fn content(v: &Value, path: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn tool_call(v: &Value, path: &str) -> Result<(), ApiError> {
-    let obj = object(v, path)?;
+fn tool_call(v: &Value, at: &Path) -> Result<(), ApiError> {
+    let obj = object(v, at)?;
     for key in ["id", "type"] {
-        let p = format!("{path}.{key}");
-        string(required(obj, key, &p)?, &p)?;
+        string(required(obj, key, at)?, &at.key(key))?;
     }
     if obj.get("type").and_then(Value::as_str) == Some("function") {
-        let fp = format!("{path}.function");
-        let f = object(required(obj, "function", &fp)?, &fp)?;
+        let fp = at.key("function");
+        let f = object(required(obj, "function", at)?, &fp)?;
         for key in ["name", "arguments"] {
-            let p = format!("{fp}.{key}");
-            string(required(f, key, &p)?, &p)?;
+            string(required(f, key, &fp)?, &fp.key(key))?;
         }
     }
     Ok(())
 }
 
-fn tool(v: &Value, path: &str) -> Result<(), ApiError> {
-    let obj = object(v, path)?;
-    let tp = format!("{path}.type");
-    if string(required(obj, "type", &tp)?, &tp)? != "function" {
+fn tool(v: &Value, at: &Path) -> Result<(), ApiError> {
+    let obj = object(v, at)?;
+    if string(required(obj, "type", at)?, &at.key("type"))? != "function" {
         return Ok(());
     }
-    let fp = format!("{path}.function");
-    let f = object(required(obj, "function", &fp)?, &fp)?;
-    let np = format!("{fp}.name");
-    if string(required(f, "name", &np)?, &np)?.is_empty() {
-        return Err(invalid_value(&np, "Function names must not be empty."));
+    let fp = at.key("function");
+    let f = object(required(obj, "function", at)?, &fp)?;
+    if string(required(f, "name", &fp)?, &fp.key("name"))?.is_empty() {
+        return Err(invalid_value(&fp.key("name").render(), "Function names must not be empty."));
     }
     if let Some(d) = optional(f, "description") {
-        string(d, &format!("{fp}.description"))?;
+        string(d, &fp.key("description"))?;
     }
     if let Some(p) = optional(f, "parameters") {
-        object(p, &format!("{fp}.parameters"))?;
+        object(p, &fp.key("parameters"))?;
     }
     Ok(())
 }
@@ -186,10 +204,13 @@ fn tool_choice(v: &Value) -> Result<(), ApiError> {
             &format!("Invalid value: '{s}'. Supported values are: 'none', 'auto', and 'required'."),
         )),
         Value::Object(obj) => {
-            let type_ = string(required(obj, "type", "tool_choice.type")?, "tool_choice.type")?;
+            let root = Path::Root;
+            let at = root.key("tool_choice");
+            let type_ = string(required(obj, "type", &at)?, &at.key("type"))?;
             if type_ == "function" {
-                let f = object(required(obj, "function", "tool_choice.function")?, "tool_choice.function")?;
-                string(required(f, "name", "tool_choice.function.name")?, "tool_choice.function.name")?;
+                let fp = at.key("function");
+                let f = object(required(obj, "function", &at)?, &fp)?;
+                string(required(f, "name", &fp)?, &fp.key("name"))?;
             }
             Ok(())
         }
@@ -198,15 +219,17 @@ fn tool_choice(v: &Value) -> Result<(), ApiError> {
 }
 
 fn response_format(v: &Value) -> Result<(), ApiError> {
-    let obj = object(v, "response_format")?;
-    let kind = string(required(obj, "type", "response_format.type")?, "response_format.type")?;
+    let root = Path::Root;
+    let at = root.key("response_format");
+    let obj = object(v, &at)?;
+    let kind = string(required(obj, "type", &at)?, &at.key("type"))?;
     match kind {
         "text" | "json_object" => Ok(()),
         "json_schema" => {
-            let js =
-                object(required(obj, "json_schema", "response_format.json_schema")?, "response_format.json_schema")?;
+            let jp = at.key("json_schema");
+            let js = object(required(obj, "json_schema", &at)?, &jp)?;
             if let Some(schema) = optional(js, "schema") {
-                object(schema, "response_format.json_schema.schema")?;
+                object(schema, &jp.key("schema"))?;
             }
             Ok(())
         }
@@ -221,8 +244,10 @@ fn stop(v: &Value) -> Result<(), ApiError> {
     match v {
         Value::String(_) => Ok(()),
         Value::Array(items) => {
+            let root = Path::Root;
+            let at = root.key("stop");
             for (i, s) in items.iter().enumerate() {
-                string(s, &format!("stop[{i}]"))?;
+                string(s, &at.index(i))?;
             }
             Ok(())
         }
@@ -230,34 +255,53 @@ fn stop(v: &Value) -> Result<(), ApiError> {
     }
 }
 
+/// The values of `names` in `obj`, `None` where absent or `null`, found in one pass over the object
+/// (a lookup per name would hash each one).
+fn pick<'a, const N: usize>(obj: &'a Map<String, Value>, names: [&str; N]) -> [Option<&'a Value>; N] {
+    let mut found = [None; N];
+    for (key, value) in obj.iter().filter(|(_, v)| !v.is_null()) {
+        if let Some(i) = names.iter().position(|name| name == key) {
+            found[i] = Some(value);
+        }
+    }
+    found
+}
+
+/// A picked value that must be there: `key` of the object at `parent`.
+fn need<'a>(value: Option<&'a Value>, key: &str, parent: &Path) -> Result<&'a Value, ApiError> {
+    value.ok_or_else(|| missing(&parent.key(key).render()))
+}
+
 fn optional<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
     obj.get(key).filter(|v| !v.is_null())
 }
 
-fn required<'a>(obj: &'a Map<String, Value>, key: &str, path: &str) -> Result<&'a Value, ApiError> {
-    optional(obj, key).ok_or_else(|| missing(path))
+/// `key` of the object at `parent`, missing when absent or `null`.
+fn required<'a>(obj: &'a Map<String, Value>, key: &str, parent: &Path) -> Result<&'a Value, ApiError> {
+    optional(obj, key).ok_or_else(|| missing(&parent.key(key).render()))
 }
 
-fn string<'a>(v: &'a Value, path: &str) -> Result<&'a str, ApiError> {
-    v.as_str().ok_or_else(|| invalid_type(path, "a string", v))
+fn string<'a>(v: &'a Value, at: &Path) -> Result<&'a str, ApiError> {
+    v.as_str().ok_or_else(|| invalid_type(&at.render(), "a string", v))
 }
 
-fn array<'a>(v: &'a Value, path: &str) -> Result<&'a Vec<Value>, ApiError> {
-    v.as_array().ok_or_else(|| invalid_type(path, "an array", v))
+fn array<'a>(v: &'a Value, at: &Path) -> Result<&'a Vec<Value>, ApiError> {
+    v.as_array().ok_or_else(|| invalid_type(&at.render(), "an array", v))
 }
 
-fn object<'a>(v: &'a Value, path: &str) -> Result<&'a Map<String, Value>, ApiError> {
-    v.as_object().ok_or_else(|| invalid_type(path, "an object", v))
+fn object<'a>(v: &'a Value, at: &Path) -> Result<&'a Map<String, Value>, ApiError> {
+    v.as_object().ok_or_else(|| invalid_type(&at.render(), "an object", v))
 }
 
-fn boolean(v: &Value, path: &str) -> Result<bool, ApiError> {
-    v.as_bool().ok_or_else(|| invalid_type(path, "a boolean", v))
+fn boolean(v: &Value, at: &Path) -> Result<bool, ApiError> {
+    v.as_bool().ok_or_else(|| invalid_type(&at.render(), "a boolean", v))
 }
 
-fn positive_integer(v: &Value, path: &str) -> Result<u64, ApiError> {
+fn positive_integer(v: &Value, at: &Path) -> Result<u64, ApiError> {
     if let Some(n) = v.as_u64().filter(|n| *n >= 1) {
         return Ok(n);
     }
+    let path = &at.render();
     if v.as_i64().is_some() {
         return Err(ApiError::invalid_request(
             codes::INTEGER_BELOW_MIN_VALUE,
@@ -280,12 +324,12 @@ fn kind(v: &Value) -> &'static str {
     }
 }
 
-fn missing(path: &str) -> ApiError {
+pub(super) fn missing(path: &str) -> ApiError {
     ApiError::invalid_request(codes::MISSING_REQUIRED_PARAMETER, format!("Missing required parameter: '{path}'."))
         .with_param(path)
 }
 
-fn invalid_type(path: &str, expected: &str, got: &Value) -> ApiError {
+pub(super) fn invalid_type(path: &str, expected: &str, got: &Value) -> ApiError {
     ApiError::invalid_request(
         codes::INVALID_TYPE,
         format!("Invalid type for '{path}': expected {expected}, but got {} instead.", kind(got)),

@@ -76,7 +76,7 @@ pub async fn create(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context)
     let logical = rc.task.clone().unwrap_or(requested);
     // The chat form is needed only if a chat deployment is tried; its error waits until then.
     let plan = request::to_chat(&req);
-    let mut chat = plan.as_ref().map_err(Clone::clone).and_then(|p| ChatRequest::parse(p.chat.to_string().as_bytes()));
+    let mut chat = plan.as_ref().map_err(Clone::clone).and_then(|p| ChatRequest::from_json(p.chat.clone()));
     let table = route::table(env, &rc).await?;
     let model = route::model(&table, &rc, &logical)?;
     // Codex's `prompt_cache_key` is its session id: the session keeps one deployment while healthy.

@@ -11,7 +11,7 @@ use serde_json::{json, Map, Value};
 /// The vendor request for an OpenAI-format deployment; a 400 for what cannot be translated.
 pub fn build(dep: &Deployment, messages: &Value, credential: &str) -> Result<UpstreamCall, ApiError> {
     let body = translate(dep, messages)?;
-    let chat = ChatRequest::parse(body.to_string().as_bytes())?;
+    let chat = ChatRequest::from_json(body)?;
     // Streamed usage is asked for whenever the vendor allows it: the Messages stream reports it.
     build_chat(dep, &chat, credential, dep.quirks.stream_options)
 }
