@@ -8,16 +8,18 @@
 // while requests wait on the same process, so an isolate's first hundreds of requests cost more.
 //
 // usage: node coldstart.cjs GATEWAY_CONFIG DEV_VARS SEED_JSON STATE_ROOT FLOOR_DIR MOCK_URL ROUNDS
-//                           GATEWAY_BODY GATEWAY_KEY FLOOR_BODY MOCK_KEY OUT_JSON
+//                           GATEWAY_BODY GATEWAY_KEY FLOOR_BODY MOCK_KEY OUT_JSON [COMPARE_CONFIG]
 // writes OUT_JSON (the workers' own log lines share stdout): {"gateway": {"ready_ms": [...],
 //   "first_ms": [...], "second_ms": [...], "young_cpu_ms": {"3-100": [...], ...}}, "passthrough": {...}}
+// With COMPARE_CONFIG (BENCH_COMPARE's other build), "compare" too, measured in the same rounds,
+// the two builds taking turns to go first.
 "use strict";
 const fs = require("fs");
 const http = require("http");
 const { execFileSync } = require("child_process");
 const { startGateway, seed, startFloor } = require("./mf.cjs");
 
-const [config, devVars, seedFile, stateRoot, floorDir, mockUrl, rounds, gwBody, gwKey, floorBody, mockKey, outJson] =
+const [config, devVars, seedFile, stateRoot, floorDir, mockUrl, rounds, gwBody, gwKey, floorBody, mockKey, outJson, compareConfig] =
   process.argv.slice(2);
 
 const CLK_TCK = Number(execFileSync("getconf", ["CLK_TCK"]).toString().trim());
@@ -106,14 +108,16 @@ async function measure(start, prepare, path, body, key, out) {
 }
 
 async function main() {
-  const result = {
-    gateway: { ready_ms: [], first_ms: [], second_ms: [], young_cpu_ms: {} },
-    passthrough: { ready_ms: [], first_ms: [], second_ms: [], young_cpu_ms: {} },
-  };
+  const fresh = () => ({ ready_ms: [], first_ms: [], second_ms: [], young_cpu_ms: {} });
+  const result = { gateway: fresh(), passthrough: fresh(), ...(compareConfig ? { compare: fresh() } : {}) };
   for (let i = 0; i < Number(rounds); i++) {
-    // The seed goes in through Miniflare's own API, which does not run the worker.
-    const gateway = () => startGateway({ config, devVars, port: 0, persist: `${stateRoot}/cold-${i}` });
-    await measure(gateway, (mf) => seed(mf, seedFile), "/v1/chat/completions", gwBody, gwKey, result.gateway);
+    const builds = [["gateway", config]];
+    if (compareConfig) builds[i % 2 ? "unshift" : "push"](["compare", compareConfig]);
+    for (const [who, built] of builds) {
+      // The seed goes in through Miniflare's own API, which does not run the worker.
+      const gateway = () => startGateway({ config: built, devVars, port: 0, persist: `${stateRoot}/cold-${who}-${i}` });
+      await measure(gateway, (mf) => seed(mf, seedFile), "/v1/chat/completions", gwBody, gwKey, result[who]);
+    }
     const floor = () => startFloor({ floorDir, mockUrl, port: 0 });
     await measure(floor, async () => {}, "/passthrough/v1/chat/completions", floorBody, mockKey, result.passthrough);
   }

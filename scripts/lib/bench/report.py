@@ -718,7 +718,10 @@ def cold_start(results):
                 "time on one kept-alive connection, each block's usage export counted with it. V8 runs new code "
                 "unoptimised at first and compiles what gets hot on the same process:", "",
                 "| requests | " + " | ".join(blocks) + " |", "|---|" + "---:|" * len(blocks)]
-        for label, who in (("passthrough worker", "passthrough"), ("gateway", "gateway")):
+        rows = [("passthrough worker", "passthrough"), ("gateway", "gateway")]
+        if all(young.get("compare", {}).get(b) for b in blocks):
+            rows.append(("gateway, the compared build (BENCH_COMPARE; the two took turns going first)", "compare"))
+        for label, who in rows:
             out.append(f"| {label} | " + " | ".join(f"{statistics.median(young[who][b]):.2f}" for b in blocks) + " |")
         out.append("| gateway ÷ passthrough | " + " | ".join(
             f"{statistics.median(young['gateway'][b]) / max(statistics.median(young['passthrough'][b]), 1e-9):.1f}×"
