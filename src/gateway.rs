@@ -15,8 +15,11 @@ use crate::idempotency;
 use crate::idempotency::gate::Entry;
 use crate::providers::passthrough::MessagesCall;
 use crate::support::clock::now_ms;
+use futures::FutureExt;
 use worker::{Context, Env, Method, Response};
 
+/// Each endpoint's future is boxed (`boxed_local`) so that its code stays a function of its own: V8
+/// optimises what requests run, not every endpoint inlined into one handler (docs/benchmarks.md).
 pub async fn handle(req: Incoming, env: Env, ctx: Context) -> worker::web_sys::Response {
     let request_id = new_request_id();
     let started_ms = now_ms();
@@ -30,7 +33,8 @@ pub async fn handle(req: Incoming, env: Env, ctx: Context) -> worker::web_sys::R
     };
     match (&method, messages_call) {
         (Method::Post, Some(call)) => {
-            let response = endpoints::messages::serve(req, call, &env, &ctx, &request_id, started_ms).await;
+            let response =
+                endpoints::messages::serve(req, call, &env, &ctx, &request_id, started_ms).boxed_local().await;
             return outgoing::into_runtime(response, Some(&request_id));
         }
         (_, Some(_)) => {
@@ -45,10 +49,10 @@ pub async fn handle(req: Incoming, env: Env, ctx: Context) -> worker::web_sys::R
         _ => {}
     }
     let result = match (method.clone(), path.as_str()) {
-        (Method::Get, "/admin/status") => admin::status(&req, &env, started_ms).await,
-        (Method::Get, "/healthz") => endpoints::health::healthz(&env, started_ms).await,
+        (Method::Get, "/admin/status") => admin::status(&req, &env, started_ms).boxed_local().await,
+        (Method::Get, "/healthz") => endpoints::health::healthz(&env, started_ms).boxed_local().await,
         (Method::Get, "/v1/models") => match auth::authenticate(&req, &env, &request_id, started_ms).await {
-            Ok(rc) => endpoints::models::list(&rc, &env).await,
+            Ok(rc) => endpoints::models::list(&rc, &env).boxed_local().await,
             Err(e) => Err(e),
         },
         (Method::Post, "/v1/chat/completions") => match auth::authenticate(&req, &env, &request_id, started_ms).await {
@@ -68,7 +72,7 @@ pub async fn handle(req: Incoming, env: Env, ctx: Context) -> worker::web_sys::R
         (Method::Post, "/v1/responses/input_tokens") => {
             match auth::authenticate(&req, &env, &request_id, started_ms).await {
                 Ok(rc) => match http::io::read_body(&req).await {
-                    Ok(body) => responses::input_tokens(rc, body, &env, &ctx).await,
+                    Ok(body) => responses::input_tokens(rc, body, &env, &ctx).boxed_local().await,
                     Err(e) => Err(e),
                 },
                 Err(e) => Err(e),
@@ -77,7 +81,7 @@ pub async fn handle(req: Incoming, env: Env, ctx: Context) -> worker::web_sys::R
         (Method::Get, p) if p.starts_with("/v1/responses/") => Err(responses::not_stored()),
         (Method::Post, "/v1/embeddings") => match auth::authenticate(&req, &env, &request_id, started_ms).await {
             Ok(rc) => match http::io::read_body(&req).await {
-                Ok(body) => embeddings::create(rc, body, &env, &ctx).await,
+                Ok(body) => embeddings::create(rc, body, &env, &ctx).boxed_local().await,
                 Err(e) => Err(e),
             },
             Err(e) => Err(e),
@@ -102,8 +106,8 @@ enum Door {
 
 async fn door(door: Door, rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context) -> Result<Response, ApiError> {
     match door {
-        Door::Chat => chat::completions(rc, body, env, ctx).await,
-        Door::Responses => responses::create(rc, body, env, ctx).await,
+        Door::Chat => chat::completions(rc, body, env, ctx).boxed_local().await,
+        Door::Responses => responses::create(rc, body, env, ctx).boxed_local().await,
     }
 }
 
