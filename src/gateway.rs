@@ -15,6 +15,7 @@ use crate::idempotency;
 use crate::idempotency::gate::Entry;
 use crate::providers::passthrough::MessagesCall;
 use crate::support::clock::now_ms;
+use futures::future::LocalBoxFuture;
 use futures::FutureExt;
 use worker::{Context, Env, Method, Response};
 
@@ -55,37 +56,23 @@ pub async fn handle(req: Incoming, env: Env, ctx: Context) -> worker::web_sys::R
             Ok(rc) => endpoints::models::list(&rc, &env).boxed_local().await,
             Err(e) => Err(e),
         },
-        (Method::Post, "/v1/chat/completions") => match auth::authenticate(&req, &env, &request_id, started_ms).await {
-            Ok(rc) => match http::io::read_body(&req).await {
-                Ok(body) => idempotent(rc, body, &env, &ctx, Door::Chat).await,
-                Err(e) => Err(e),
-            },
-            Err(e) => Err(e),
-        },
-        (Method::Post, "/v1/responses") => match auth::authenticate(&req, &env, &request_id, started_ms).await {
-            Ok(rc) => match http::io::read_body(&req).await {
-                Ok(body) => idempotent(rc, body, &env, &ctx, Door::Responses).await,
-                Err(e) => Err(e),
-            },
-            Err(e) => Err(e),
-        },
+        (Method::Post, "/v1/chat/completions") => {
+            let chat = |rc, body| idempotent(rc, body, &env, &ctx, Door::Chat).boxed_local();
+            with_body(&req, &env, &request_id, started_ms, chat).await
+        }
+        (Method::Post, "/v1/responses") => {
+            let create = |rc, body| idempotent(rc, body, &env, &ctx, Door::Responses).boxed_local();
+            with_body(&req, &env, &request_id, started_ms, create).await
+        }
         (Method::Post, "/v1/responses/input_tokens") => {
-            match auth::authenticate(&req, &env, &request_id, started_ms).await {
-                Ok(rc) => match http::io::read_body(&req).await {
-                    Ok(body) => responses::input_tokens(rc, body, &env, &ctx).boxed_local().await,
-                    Err(e) => Err(e),
-                },
-                Err(e) => Err(e),
-            }
+            let count = |rc, body| responses::input_tokens(rc, body, &env, &ctx).boxed_local();
+            with_body(&req, &env, &request_id, started_ms, count).await
         }
         (Method::Get, p) if p.starts_with("/v1/responses/") => Err(responses::not_stored()),
-        (Method::Post, "/v1/embeddings") => match auth::authenticate(&req, &env, &request_id, started_ms).await {
-            Ok(rc) => match http::io::read_body(&req).await {
-                Ok(body) => embeddings::create(rc, body, &env, &ctx).boxed_local().await,
-                Err(e) => Err(e),
-            },
-            Err(e) => Err(e),
-        },
+        (Method::Post, "/v1/embeddings") => {
+            let embed = |rc, body| embeddings::create(rc, body, &env, &ctx).boxed_local();
+            with_body(&req, &env, &request_id, started_ms, embed).await
+        }
         (_, "/v1/models" | "/v1/chat/completions" | "/v1/embeddings" | "/v1/responses" | "/healthz") => {
             Err(ApiError::method_not_allowed(&format!("{method:?}").to_uppercase(), &path))
         }
@@ -95,6 +82,19 @@ pub async fn handle(req: Incoming, env: Env, ctx: Context) -> worker::web_sys::R
         Ok(response) => outgoing::into_runtime(response, Some(&request_id)),
         Err(err) => outgoing::into_runtime(http::io::error_response(&err, Some(&request_id)), None),
     }
+}
+
+/// An endpoint of the caller and the body: both are read here, and the first failure is the answer.
+async fn with_body<'a>(
+    req: &Incoming,
+    env: &Env,
+    request_id: &str,
+    started_ms: u64,
+    endpoint: impl FnOnce(RequestContext, Vec<u8>) -> LocalBoxFuture<'a, Result<Response, ApiError>>,
+) -> Result<Response, ApiError> {
+    let rc = auth::authenticate(req, env, request_id, started_ms).await?;
+    let body = http::io::read_body(req).await?;
+    endpoint(rc, body).await
 }
 
 /// The doors behind the `Idempotency-Key` gate.
