@@ -15,8 +15,8 @@ use crate::idempotency;
 use crate::idempotency::gate::Entry;
 use crate::providers::passthrough::MessagesCall;
 use crate::support::clock::now_ms;
-use futures::future::LocalBoxFuture;
 use futures::FutureExt;
+use std::future::Future;
 use worker::{Context, Env, Method, Response};
 
 /// Each endpoint's future is boxed (`boxed_local`) so that its code stays a function of its own: V8
@@ -57,11 +57,11 @@ pub async fn handle(req: Incoming, env: Env, ctx: Context) -> worker::web_sys::R
             Err(e) => Err(e),
         },
         (Method::Post, "/v1/chat/completions") => {
-            let chat = |rc, body| idempotent(rc, body, &env, &ctx, Door::Chat).boxed_local();
+            let chat = |rc, body| idempotent(rc, body, &env, &ctx, Door::Chat);
             with_body(&req, &env, &request_id, started_ms, chat).await
         }
         (Method::Post, "/v1/responses") => {
-            let create = |rc, body| idempotent(rc, body, &env, &ctx, Door::Responses).boxed_local();
+            let create = |rc, body| idempotent(rc, body, &env, &ctx, Door::Responses);
             with_body(&req, &env, &request_id, started_ms, create).await
         }
         (Method::Post, "/v1/responses/input_tokens") => {
@@ -85,12 +85,13 @@ pub async fn handle(req: Incoming, env: Env, ctx: Context) -> worker::web_sys::R
 }
 
 /// An endpoint of the caller and the body: both are read here, and the first failure is the answer.
-async fn with_body<'a>(
+/// A single-caller endpoint comes boxed; `idempotent`, shared by two doors, stays a function anyway.
+async fn with_body<F: Future<Output = Result<Response, ApiError>>>(
     req: &Incoming,
     env: &Env,
     request_id: &str,
     started_ms: u64,
-    endpoint: impl FnOnce(RequestContext, Vec<u8>) -> LocalBoxFuture<'a, Result<Response, ApiError>>,
+    endpoint: impl FnOnce(RequestContext, Vec<u8>) -> F,
 ) -> Result<Response, ApiError> {
     let rc = auth::authenticate(req, env, request_id, started_ms).await?;
     let body = http::io::read_body(req).await?;

@@ -6,7 +6,7 @@
 //! shapes it does not look into (a custom tool's `function`, an unknown content part's `text`).
 
 use super::path::Path;
-use super::validate::{invalid_type, missing};
+use super::validate::{invalid_type, need};
 use super::*;
 
 type Decoded<T> = Result<T, ApiError>;
@@ -39,8 +39,8 @@ pub(super) fn request(v: Value) -> Decoded<ChatRequest> {
             }
         }
     }
-    req.model = model.ok_or_else(|| missing("model"))?;
-    req.messages = messages.ok_or_else(|| missing("messages"))?;
+    req.model = need(model, "model", &root)?;
+    req.messages = need(messages, "messages", &root)?;
     Ok(req)
 }
 
@@ -60,7 +60,7 @@ fn message(v: Value, at: &Path) -> Decoded<Message> {
             }
         }
     }
-    m.role = role.ok_or_else(|| missing(&at.key("role").render()))?;
+    m.role = need(role, "role", at)?;
     Ok(m)
 }
 
@@ -98,7 +98,7 @@ fn content_part(v: Value, at: &Path) -> Decoded<ContentPart> {
             }
         }
     }
-    part.kind = kind.ok_or_else(|| missing(&at.key("type").render()))?;
+    part.kind = need(kind, "type", at)?;
     Ok(part)
 }
 
@@ -115,7 +115,7 @@ fn image_url(v: Value, at: &Path) -> Decoded<ImageUrl> {
             }
         }
     }
-    image.url = url.ok_or_else(|| missing(&at.key("url").render()))?;
+    image.url = need(url, "url", at)?;
     Ok(image)
 }
 
@@ -132,7 +132,7 @@ fn tool(v: Value, at: &Path) -> Decoded<Tool> {
             }
         }
     }
-    tool.kind = kind.ok_or_else(|| missing(&at.key("type").render()))?;
+    tool.kind = need(kind, "type", at)?;
     Ok(tool)
 }
 
@@ -150,7 +150,7 @@ fn function_def(v: Value, at: &Path) -> Decoded<FunctionDef> {
             }
         }
     }
-    f.name = name.ok_or_else(|| missing(&at.key("name").render()))?;
+    f.name = need(name, "name", at)?;
     Ok(f)
 }
 
@@ -168,8 +168,8 @@ fn tool_call(v: Value, at: &Path) -> Decoded<ToolCall> {
             }
         }
     }
-    call.id = id.ok_or_else(|| missing(&at.key("id").render()))?;
-    call.kind = kind.ok_or_else(|| missing(&at.key("type").render()))?;
+    call.id = need(id, "id", at)?;
+    call.kind = need(kind, "type", at)?;
     Ok(call)
 }
 
@@ -186,8 +186,8 @@ fn function_call(v: Value, at: &Path) -> Decoded<FunctionCall> {
             }
         }
     }
-    f.name = name.ok_or_else(|| missing(&at.key("name").render()))?;
-    f.arguments = arguments.ok_or_else(|| missing(&at.key("arguments").render()))?;
+    f.name = need(name, "name", at)?;
+    f.arguments = need(arguments, "arguments", at)?;
     Ok(f)
 }
 
@@ -204,7 +204,7 @@ fn response_format(v: Value, at: &Path) -> Decoded<ResponseFormat> {
             }
         }
     }
-    format.kind = kind.ok_or_else(|| missing(&at.key("type").render()))?;
+    format.kind = need(kind, "type", at)?;
     Ok(format)
 }
 

@@ -267,8 +267,8 @@ fn pick<'a, const N: usize>(obj: &'a Map<String, Value>, names: [&str; N]) -> [O
     found
 }
 
-/// A picked value that must be there: `key` of the object at `parent`.
-fn need<'a>(value: Option<&'a Value>, key: &str, parent: &Path) -> Result<&'a Value, ApiError> {
+/// A value that must be there (picked here, or decoded in `decode`): `key` of the object at `parent`.
+pub(super) fn need<T>(value: Option<T>, key: &str, parent: &Path) -> Result<T, ApiError> {
     value.ok_or_else(|| missing(&parent.key(key).render()))
 }
 
