@@ -711,6 +711,7 @@ def cold_start(results):
             "route table, the budgets and the prices from KV (side by side), asks the deployment's Durable Object "
             "for its first lease and runs every wasm function on its path for the first time (V8 compiles each on "
             "its first call).", ""]
+    out += first_compile(results)
     young = {who: d.get("young_cpu_ms") or {} for who, d in cold.items()}
     blocks = list(young["gateway"])
     if blocks and all(young["passthrough"].get(b) for b in blocks):
@@ -728,6 +729,27 @@ def cold_start(results):
             for b in blocks) + " |")
         out.append("")
     return out
+
+
+def first_compile(results):
+    """What V8 compiled for the first request (first_compile.cjs): lines to print, or none."""
+    compiled = load(os.path.join(results, "first_compile.json"))
+    if not compiled:
+        return []
+    g = compiled["gateway"]
+    kb = lambda n: f"{n / 1024:,.0f} kB"
+    largest = "; ".join(f"`{name}` {kb(size)}" for size, name in g["largest"][:5])
+    out = [f"What V8 compiled for the gateway's first request (a new isolate; `--perf-basic-prof`'s map): until its answer, "
+           f"{kb(g['answer']['wasm_bytes'])} of machine code for {g['answer']['wasm_functions']} wasm functions (Liftoff, "
+           f"on each function's first call) and {kb(g['answer']['js_bytes'])} for {g['answer']['js_functions']} JS "
+           f"functions; in the 300 ms after it (the usage event, the settle) {kb(g['after']['wasm_bytes'])} more for "
+           f"{g['after']['wasm_functions']} wasm functions. Under Miniflare the Durable Objects run in the gateway's "
+           f"isolate, so the object's side of the first lease is counted too. The largest: {largest}."]
+    c = compiled.get("compare")
+    if c:
+        out[0] += (f" The compared build (BENCH_COMPARE): {kb(c['answer']['wasm_bytes'])} for "
+                   f"{c['answer']['wasm_functions']} wasm functions until the answer, {kb(c['after']['wasm_bytes'])} after it.")
+    return out + [""]
 
 
 def quick(results, names):
