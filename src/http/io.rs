@@ -2,6 +2,7 @@
 
 use crate::http::codes;
 use crate::http::error::ApiError;
+use crate::http::header_map::HeaderText;
 use crate::http::incoming::Incoming;
 use worker::{web_sys, Response, ResponseBuilder};
 
@@ -48,9 +49,15 @@ where
     sse_builder()?.from_stream(stream).map_err(|e| ApiError::internal(e.to_string()))
 }
 
-/// An SSE answer whose body is a stream the runtime already holds.
+/// An SSE answer whose body is a stream the runtime already holds; its headers set in one call,
+/// as it is built after the first token has come.
 pub fn sse_stream(body: web_sys::ReadableStream) -> Result<Response, ApiError> {
-    sse_builder().map(|b| b.stream(body))
+    let mut text = HeaderText::default();
+    let _ = text.add("content-type", "text/event-stream; charset=utf-8");
+    let _ = text.add("cache-control", "no-cache");
+    let response = ResponseBuilder::new().with_status(200).stream(body);
+    text.apply(&response.headers().0).map_err(ApiError::internal)?;
+    Ok(response)
 }
 
 fn sse_builder() -> Result<ResponseBuilder, ApiError> {

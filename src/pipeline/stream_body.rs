@@ -114,10 +114,14 @@ export function client_body(reader, relay, first) {
           : got === undefined ? relay.expired()
           : got instanceof Uint8Array ? relay.chunk(got)
           : relay.broke(typeof got === 'string' ? got : 'a chunk that is not bytes');
-        const done = relay.finished();
-        if (done) release();
+        if (relay.finished()) {
+          // The last bytes and the end are queued together; the relay is freed off their path.
+          if (out.byteLength > 0) writer.write(out).catch(() => {});
+          await writer.close();
+          release();
+          return;
+        }
         if (out.byteLength > 0) await writer.write(out);
-        if (done) { await writer.close(); return; }
       }
     } catch (e) {
       release();
