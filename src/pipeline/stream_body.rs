@@ -17,7 +17,8 @@ use worker::web_sys;
 const waits = new WeakMap();
 // A piece without a line break cannot end an SSE event, so it is held and the read goes on: the
 // runtime hands over each chunk's first bytes apart from the rest, and each piece was a call into
-// the relay (perf: two per event). What is held is returned when the body ends or fails.
+// the relay (perf: two per event). What is held is returned when the body ends or fails; it does
+// not restart the idle bound, which counts lines, not bytes.
 const HOLD_MAX = 65536;
 export function read_chunk(reader, ms) {
   let w = waits.get(reader);
