@@ -46,26 +46,23 @@ pub fn sse_response<S>(stream: S) -> Result<Response, ApiError>
 where
     S: futures::Stream<Item = worker::Result<Vec<u8>>> + 'static,
 {
-    sse_builder()?.from_stream(stream).map_err(|e| ApiError::internal(e.to_string()))
+    let response = ResponseBuilder::new().with_status(200).from_stream(stream);
+    with_sse_headers(response.map_err(|e| ApiError::internal(e.to_string()))?)
 }
 
-/// An SSE answer whose body is a stream the runtime already holds; its headers set in one call,
-/// as it is built after the first token has come.
+/// An SSE answer whose body is a stream the runtime already holds.
 pub fn sse_stream(body: web_sys::ReadableStream) -> Result<Response, ApiError> {
+    with_sse_headers(ResponseBuilder::new().with_status(200).stream(body))
+}
+
+/// An SSE answer's headers, set in one call: a stream's answer is built after its first token
+/// has come, so each call delays that token.
+fn with_sse_headers(response: Response) -> Result<Response, ApiError> {
     let mut text = HeaderText::default();
     let _ = text.add("content-type", "text/event-stream; charset=utf-8");
     let _ = text.add("cache-control", "no-cache");
-    let response = ResponseBuilder::new().with_status(200).stream(body);
     text.apply(&response.headers().0).map_err(ApiError::internal)?;
     Ok(response)
-}
-
-fn sse_builder() -> Result<ResponseBuilder, ApiError> {
-    ResponseBuilder::new()
-        .with_status(200)
-        .with_header("content-type", "text/event-stream; charset=utf-8")
-        .and_then(|b| b.with_header("cache-control", "no-cache"))
-        .map_err(|e| ApiError::internal(e.to_string()))
 }
 
 async fn drain(req: &Incoming) {

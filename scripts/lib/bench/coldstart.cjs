@@ -17,7 +17,7 @@
 const fs = require("fs");
 const http = require("http");
 const { execFileSync } = require("child_process");
-const { startGateway, seed, startFloor } = require("./mf.cjs");
+const { startGateway, seed, startFloor, statFields, workerdChildren, post } = require("./mf.cjs");
 
 const [config, devVars, seedFile, stateRoot, floorDir, mockUrl, rounds, gwBody, gwKey, floorBody, mockKey, outJson, compareConfig] =
   process.argv.slice(2);
@@ -30,55 +30,9 @@ const BLOCKS = [
   [501, 1000],
 ];
 
-/** `/proc/PID/stat` fields after the command name (state is [0], ppid [1], utime [11], stime [12]). */
-function statFields(pid) {
-  const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
-  return { comm: stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")")), rest: stat.slice(stat.lastIndexOf(")") + 2).split(" ") };
-}
-
-/** The workerd processes this node process has started (Miniflare spawns one per instance). */
-function workerdChildren() {
-  const pids = new Set();
-  for (const name of fs.readdirSync("/proc")) {
-    if (!/^\d+$/.test(name)) continue;
-    try {
-      const { comm, rest } = statFields(name);
-      if (comm === "workerd" && Number(rest[1]) === process.pid) pids.add(Number(name));
-    } catch {
-      // The process ended while the list was read.
-    }
-  }
-  return pids;
-}
-
 function cpuMs(pid) {
   const { rest } = statFields(pid);
   return ((Number(rest[11]) + Number(rest[12])) * 1000) / CLK_TCK;
-}
-
-/** One POST on a new connection, timed from the request to the last byte of the answer. */
-function post(url, body, key, agent = false) {
-  return new Promise((resolve, reject) => {
-    const t0 = process.hrtime.bigint();
-    const req = http.request(
-      url,
-      {
-        method: "POST",
-        agent,
-        headers: { "content-type": "application/json", authorization: `Bearer ${key}`, "content-length": Buffer.byteLength(body) },
-      },
-      (res) => {
-        res.resume();
-        res.on("end", () => {
-          const ms = Number(process.hrtime.bigint() - t0) / 1e6;
-          if (res.statusCode !== 200) reject(new Error(`${url}: status ${res.statusCode}`));
-          else resolve(ms);
-        });
-      },
-    );
-    req.on("error", reject);
-    req.end(body);
-  });
 }
 
 async function measure(start, prepare, path, body, key, out) {

@@ -12,29 +12,12 @@
 //   until the first answer's last byte, "after" in the 300 ms after it (its usage event, its settle).
 "use strict";
 const fs = require("fs");
-const http = require("http");
-const { startGateway, seed } = require("./mf.cjs");
+const { startGateway, seed, workerdChildren, post } = require("./mf.cjs");
 
 const [config, devVars, seedFile, stateRoot, body, key, outJson, compareConfig] = process.argv.slice(2);
 if (!(process.env.BENCH_V8_FLAGS || "").includes("--perf-basic-prof")) {
   console.error("first_compile.cjs needs BENCH_V8_FLAGS=--perf-basic-prof");
   process.exit(2);
-}
-
-/** The workerd processes this node process has started. */
-function workerdChildren() {
-  const pids = new Set();
-  for (const name of fs.readdirSync("/proc")) {
-    if (!/^\d+$/.test(name)) continue;
-    try {
-      const stat = fs.readFileSync(`/proc/${name}/stat`, "utf8");
-      const rest = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-      if (stat.includes("(workerd)") && Number(rest[1]) === process.pid) pids.add(Number(name));
-    } catch {
-      // The process ended while the list was read.
-    }
-  }
-  return pids;
 }
 
 // A wasm function's entry: `JS:<rust path>-<function index>-<tier>`; everything else is JS or V8's own.
@@ -61,21 +44,6 @@ function compiled(lines, from) {
   return { sizes: out, wasm };
 }
 
-function post(url) {
-  return new Promise((resolve, reject) => {
-    const req = http.request(url, {
-      method: "POST",
-      agent: false,
-      headers: { "content-type": "application/json", authorization: `Bearer ${key}`, "content-length": Buffer.byteLength(body) },
-    }, (res) => {
-      res.resume();
-      res.on("end", () => (res.statusCode === 200 ? resolve() : reject(new Error(`${url}: status ${res.statusCode}`))));
-    });
-    req.on("error", reject);
-    req.end(body);
-  });
-}
-
 async function measure(built, who) {
   const before = workerdChildren();
   const mf = await startGateway({ config: built, devVars, port: 0, persist: `${stateRoot}/compile-${who}` });
@@ -87,7 +55,7 @@ async function measure(built, who) {
     await seed(mf, seedFile);
     const url = new URL("/v1/chat/completions", await mf.ready).href;
     const start = read().length;
-    await post(url);
+    await post(url, body, key);
     const answered = read();
     await new Promise((resolve) => setTimeout(resolve, 300));
     const later = read();

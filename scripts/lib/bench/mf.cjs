@@ -1,9 +1,11 @@
 // Starting the bench's workers under Miniflare: the gateway from its wrangler.toml (bindings via
 // wrangler's own unstable_getMiniflareWorkerOptions, KV seeded after start) and the floor worker.
-// Shared by miniflare.cjs (the long-running targets) and coldstart.cjs (fresh isolates).
+// Shared by miniflare.cjs (the long-running targets), coldstart.cjs and first_compile.cjs (fresh
+// isolates), with the helpers those two share: the workerd processes started, and a timed POST.
 "use strict";
 require("./v8flags.cjs");
 const fs = require("fs");
+const http = require("http");
 const path = require("path");
 const root = process.env.ROOT;
 const { Miniflare, Log, LogLevel } = require(path.join(root, "node_modules", "miniflare"));
@@ -45,4 +47,50 @@ async function startFloor({ floorDir, mockUrl, port }) {
   return floor;
 }
 
-module.exports = { startGateway, seed, startFloor };
+/** `/proc/PID/stat` fields after the command name (state is [0], ppid [1], utime [11], stime [12]). */
+function statFields(pid) {
+  const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
+  return { comm: stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")")), rest: stat.slice(stat.lastIndexOf(")") + 2).split(" ") };
+}
+
+/** The workerd processes this node process has started (Miniflare spawns one per instance). */
+function workerdChildren() {
+  const pids = new Set();
+  for (const name of fs.readdirSync("/proc")) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const { comm, rest } = statFields(name);
+      if (comm === "workerd" && Number(rest[1]) === process.pid) pids.add(Number(name));
+    } catch {
+      // The process ended while the list was read.
+    }
+  }
+  return pids;
+}
+
+/** One POST (on a new connection unless `agent` keeps one), timed from the request to the last byte of the answer. */
+function post(url, body, key, agent = false) {
+  return new Promise((resolve, reject) => {
+    const t0 = process.hrtime.bigint();
+    const req = http.request(
+      url,
+      {
+        method: "POST",
+        agent,
+        headers: { "content-type": "application/json", authorization: `Bearer ${key}`, "content-length": Buffer.byteLength(body) },
+      },
+      (res) => {
+        res.resume();
+        res.on("end", () => {
+          const ms = Number(process.hrtime.bigint() - t0) / 1e6;
+          if (res.statusCode !== 200) reject(new Error(`${url}: status ${res.statusCode}`));
+          else resolve(ms);
+        });
+      },
+    );
+    req.on("error", reject);
+    req.end(body);
+  });
+}
+
+module.exports = { startGateway, seed, startFloor, statFields, workerdChildren, post };
