@@ -3,9 +3,11 @@
 //! other ports keeps what an admin uploaded with `--local`, and a key is revocable by its listed id.
 //!
 //! The copy builds into a target directory of its own kept under the suite's (`newcomer/`, through
-//! `CARGO_TARGET_DIR`, which every script honours): registry crates compiled by an earlier run on
-//! the same machine are reused, the copy's own crates are always rebuilt (new paths), and nothing
-//! it builds mixes with the suite's artifacts. On a fresh machine (CI) it is a cold build.
+//! `CARGO_TARGET_DIR`, which every script honours), so nothing it builds mixes with the suite's
+//! artifacts. Before the first start that directory is given the registry crates the suite has
+//! already compiled (`seed_registry_builds`): the same crates from the same `Cargo.lock`, so only
+//! the time changes (the suite itself compiles them from cold on a fresh machine). The copy's own
+//! crates are always built from its own sources, and no binary is handed over.
 //! `build/`, `.dev.vars`, `node_modules/` and `.wrangler/` start empty, as on a real clone.
 //!
 //! Time bounds are generous on purpose: the first start may build from cold (several minutes on
@@ -47,6 +49,64 @@ fn fresh_clone(root: &Path, dest: &Path) {
 /// The copy's own cargo target directory (see the module's comment).
 fn clone_target() -> PathBuf {
     e2e::target_dir().join("newcomer")
+}
+
+/// The profile directories a start builds into: host debug (the admin tool and the mock), host
+/// release (the wasm build's build scripts and proc-macros) and the wasm release build.
+const SEEDED_PROFILES: &[&str] = &["debug", "release", "wasm32-unknown-unknown/release"];
+
+/// Copies into `dest` the suite's compiled registry crates (see the module's comment): each
+/// profile's `.fingerprint`, `build` and `deps`, then removes from them every entry of the
+/// workspace's own packages, so cargo finds those missing and compiles them from the copy.
+fn seed_registry_builds(dest: &Path) {
+    let ours = workspace_crate_names();
+    for profile in SEEDED_PROFILES {
+        for kind in [".fingerprint", "build", "deps"] {
+            let from = e2e::target_dir().join(profile).join(kind);
+            if !from.is_dir() {
+                continue;
+            }
+            let to = dest.join(profile).join(kind);
+            std::fs::create_dir_all(&to).expect("mkdir");
+            // -a keeps the times cargo's fingerprints compare; -n keeps what an earlier run left.
+            let status = Command::new("cp").arg("-an").arg(from.join(".")).arg(&to).status().expect("cp");
+            assert!(status.success(), "copying {} failed", from.display());
+            for entry in std::fs::read_dir(&to).expect("read_dir").flatten() {
+                if is_ours(&entry.file_name().to_string_lossy(), &ours) {
+                    let path = entry.path();
+                    let _ = if path.is_dir() { std::fs::remove_dir_all(&path) } else { std::fs::remove_file(&path) };
+                }
+            }
+        }
+    }
+}
+
+/// The workspace's package and target names, `-` spelled `_` as in cargo's file names.
+fn workspace_crate_names() -> Vec<String> {
+    let out = Command::new("cargo")
+        .args(["metadata", "--no-deps", "--offline", "--format-version", "1"])
+        .current_dir(e2e::root())
+        .output()
+        .expect("cargo metadata");
+    assert!(out.status.success(), "cargo metadata: {}", String::from_utf8_lossy(&out.stderr));
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("metadata json");
+    let mut names = Vec::new();
+    for package in meta["packages"].as_array().expect("packages") {
+        names.push(package["name"].as_str().expect("name").replace('-', "_"));
+        for target in package["targets"].as_array().into_iter().flatten() {
+            names.push(target["name"].as_str().expect("target name").replace('-', "_"));
+        }
+    }
+    names
+}
+
+/// Whether a file or directory in `.fingerprint`, `build` or `deps` belongs to one of `ours`:
+/// cargo names them `[lib]<crate>-<hash>[.<ext>]`.
+fn is_ours(entry: &str, ours: &[String]) -> bool {
+    let stem = entry.split('.').next().unwrap_or(entry);
+    let Some((name, _hash)) = stem.rsplit_once('-') else { return false };
+    let name = name.replace('-', "_");
+    ours.iter().any(|o| *o == name || name.strip_prefix("lib") == Some(o.as_str()))
 }
 
 fn port_free(port: u16) -> bool {
@@ -204,11 +264,37 @@ fn sse_data_events(body: &str) -> Vec<&str> {
 }
 
 #[test]
+fn only_the_workspaces_own_build_entries_are_left_out() {
+    let ours: Vec<String> = ["edge_gateway", "mock_provider", "limiter", "e2e"].map(String::from).to_vec();
+    for entry in [
+        "edge-gateway-0a1b2c3d4e5f6a7b",
+        "libedge_gateway-0a1b2c3d4e5f6a7b.rlib",
+        "mock_provider-0a1b2c3d4e5f6a7b",
+        "mock_provider-0a1b2c3d4e5f6a7b.d",
+        "liblimiter-0a1b2c3d4e5f6a7b.rmeta",
+        "e2e-0a1b2c3d4e5f6a7b",
+    ] {
+        assert!(is_ours(entry, &ours), "{entry}");
+    }
+    for entry in [
+        "serde-0a1b2c3d4e5f6a7b",
+        "libserde_json-0a1b2c3d4e5f6a7b.rlib",
+        "libc-0a1b2c3d4e5f6a7b",
+        "liblibc-0a1b2c3d4e5f6a7b.rlib",
+        "e2e",
+        "wasm-bindgen-0a1b2c3d4e5f6a7b",
+    ] {
+        assert!(!is_ours(entry, &ours), "{entry}");
+    }
+}
+
+#[test]
 fn scripts_dev_first_on_a_fresh_clone_then_again_on_other_ports() {
     let root = e2e::root();
     let work = root.join("target/e2e").join(format!("newcomer-{}", std::process::id()));
     let clone = work.join("clone");
     fresh_clone(&root, &clone);
+    seed_registry_builds(&clone_target());
 
     // 1. The first command a newcomer runs, on the README's ports when they are free.
     let defaults = port_free(8787) && port_free(9797) && port_free(9229);
