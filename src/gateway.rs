@@ -11,13 +11,14 @@ use crate::http;
 use crate::http::error::ApiError;
 use crate::http::incoming::Incoming;
 use crate::http::outgoing;
+use crate::http::reply::Reply;
 use crate::idempotency;
 use crate::idempotency::gate::Entry;
 use crate::providers::passthrough::MessagesCall;
 use crate::support::clock::now_ms;
 use futures::FutureExt;
 use std::future::Future;
-use worker::{Context, Env, Method, Response};
+use worker::{Context, Env, Method};
 
 /// Each endpoint's future is boxed (`boxed_local`) so that its code stays a function of its own: V8
 /// optimises what requests run, not every endpoint inlined into one handler (docs/benchmarks.md).
@@ -86,13 +87,13 @@ pub async fn handle(req: Incoming, env: Env, ctx: Context) -> worker::web_sys::R
 
 /// An endpoint of the caller and the body: both are read here, and the first failure is the answer.
 /// A single-caller endpoint comes boxed; `idempotent`, shared by two doors, stays a function anyway.
-async fn with_body<F: Future<Output = Result<Response, ApiError>>>(
+async fn with_body<F: Future<Output = Result<Reply, ApiError>>>(
     req: &Incoming,
     env: &Env,
     request_id: &str,
     started_ms: u64,
     endpoint: impl FnOnce(RequestContext, Vec<u8>) -> F,
-) -> Result<Response, ApiError> {
+) -> Result<Reply, ApiError> {
     let rc = auth::authenticate(req, env, request_id, started_ms).await?;
     let body = http::io::read_body(req).await?;
     endpoint(rc, body).await
@@ -105,7 +106,7 @@ enum Door {
     Responses,
 }
 
-async fn door(door: Door, rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context) -> Result<Response, ApiError> {
+async fn door(door: Door, rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context) -> Result<Reply, ApiError> {
     match door {
         Door::Chat => chat::completions(rc, body, env, ctx).boxed_local().await,
         Door::Responses => responses::create(rc, body, env, ctx).boxed_local().await,
@@ -118,7 +119,7 @@ async fn idempotent(
     env: &Env,
     ctx: &Context,
     which: Door,
-) -> Result<Response, ApiError> {
+) -> Result<Reply, ApiError> {
     match idempotency::gate::enter(&rc, env, &body).await? {
         Entry::Open => door(which, rc, body, env, ctx).await,
         Entry::Replay(response) => Ok(response),

@@ -13,6 +13,7 @@ use crate::http;
 use crate::http::codes;
 use crate::http::error::ApiError;
 use crate::http::incoming::Incoming;
+use crate::http::reply::Reply;
 use crate::limits::admission::{self, LIMITER_BINDING};
 use crate::limits::lease_policy;
 use crate::pipeline::attempt::credential;
@@ -20,7 +21,7 @@ use crate::usage::dead_letter;
 use futures::future::join_all;
 use serde_json::{json, Value};
 use std::cell::RefCell;
-use worker::{Env, Response};
+use worker::Env;
 
 thread_local! {
     /// Bad admin tokens this isolate has seen lately.
@@ -63,7 +64,7 @@ fn authorize(req: &Incoming, env: &Env, now_ms: u64) -> Result<(), ApiError> {
     }
 }
 
-pub async fn status(req: &Incoming, env: &Env, now_ms: u64) -> Result<Response, ApiError> {
+pub async fn status(req: &Incoming, env: &Env, now_ms: u64) -> Result<Reply, ApiError> {
     authorize(req, env, now_ms)?;
     let docs = health::documents(env, now_ms).await;
     let table = config::store::route_table(env, now_ms).await;
@@ -129,5 +130,5 @@ pub async fn status(req: &Incoming, env: &Env, now_ms: u64) -> Result<Response, 
         "unbound_credentials": unbound,
         "usage_dead_letter": dead_letter::parked(env).await,
     });
-    http::io::json_response(200, body.to_string().into_bytes())
+    Ok(http::io::json_response(200, body.to_string().into_bytes()))
 }

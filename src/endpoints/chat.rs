@@ -10,14 +10,15 @@ use crate::config::routes::{Api, Deployment};
 use crate::endpoints::route;
 use crate::http::codes;
 use crate::http::error::ApiError;
+use crate::http::reply::Reply;
 use crate::pipeline::gate::Needs;
 use crate::pipeline::run::{self, Trip};
 use crate::pipeline::step::{Answer, ClientStream, VendorStep};
 use crate::providers::{self, StreamTranslator, UpstreamCall, UpstreamError};
 use crate::usage::record::RequestOutcome;
-use worker::{Context, Env, Response};
+use worker::{Context, Env};
 
-pub async fn completions(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context) -> Result<Response, ApiError> {
+pub async fn completions(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context) -> Result<Reply, ApiError> {
     let chat = ChatRequest::parse(&body)?;
     // A task header picks the logical model (e.g. `summary`, `code`); otherwise the request's model.
     let logical = rc.task.clone().unwrap_or_else(|| chat.model.clone());

@@ -6,6 +6,7 @@ use crate::config::routes::{Api, Deployment};
 use crate::endpoints::route;
 use crate::http::codes;
 use crate::http::error::ApiError;
+use crate::http::reply::Reply;
 use crate::pipeline::gate::Needs;
 use crate::pipeline::run::{self, Trip};
 use crate::pipeline::step::{Answer, ClientStream, VendorStep};
@@ -13,7 +14,7 @@ use crate::providers::{self, StreamTranslator, UpstreamCall, UpstreamError};
 use crate::usage::record::RequestShape;
 use crate::usage::record::{Ingress, RequestOutcome};
 use serde_json::Value;
-use worker::{Context, Env, Response};
+use worker::{Context, Env};
 
 /// Checks the fields every embeddings request needs; the rest passes through untouched.
 pub fn parse(body: &[u8]) -> Result<(Value, String, usize), ApiError> {
@@ -57,7 +58,7 @@ pub fn parse(body: &[u8]) -> Result<(Value, String, usize), ApiError> {
     Ok((value, model, chars))
 }
 
-pub async fn create(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context) -> Result<Response, ApiError> {
+pub async fn create(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context) -> Result<Reply, ApiError> {
     let (request, logical, chars) = parse(&body)?;
     let table = route::table(env, &rc).await?;
     let chain = table

@@ -11,8 +11,9 @@ use crate::config::last_good::DocHealth;
 use crate::config::prices;
 use crate::http;
 use crate::http::error::ApiError;
+use crate::http::reply::Reply;
 use serde_json::json;
-use worker::{Env, Response};
+use worker::Env;
 
 /// Each admin document's health in this isolate, after the usual cached read of each.
 pub async fn documents(env: &Env, now_ms: u64) -> [(&'static str, DocHealth); 3] {
@@ -24,7 +25,7 @@ pub async fn documents(env: &Env, now_ms: u64) -> [(&'static str, DocHealth); 3]
     ]
 }
 
-pub async fn healthz(env: &Env, now_ms: u64) -> Result<Response, ApiError> {
+pub async fn healthz(env: &Env, now_ms: u64) -> Result<Reply, ApiError> {
     let docs = documents(env, now_ms).await;
     let degraded: Vec<&str> = docs.iter().filter(|(_, h)| h.degraded).map(|(name, _)| *name).collect();
     let (status, body) = if docs[0].1.serving.is_none() {
@@ -34,5 +35,5 @@ pub async fn healthz(env: &Env, now_ms: u64) -> Result<Response, ApiError> {
     } else {
         (200, json!({"status": "degraded", "degraded": degraded}))
     };
-    http::io::json_response(status, body.to_string().into_bytes())
+    Ok(http::io::json_response(status, body.to_string().into_bytes()))
 }

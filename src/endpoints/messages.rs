@@ -19,6 +19,7 @@ use crate::http::anthropic_error;
 use crate::http::codes;
 use crate::http::error::ApiError;
 use crate::http::incoming::Incoming;
+use crate::http::reply::Reply;
 use crate::idempotency;
 use crate::idempotency::gate::Entry;
 use crate::pipeline::gate::Needs;
@@ -31,7 +32,7 @@ use crate::usage::estimate;
 use crate::usage::output_history;
 use crate::usage::record::{Ingress, RequestOutcome, RequestShape};
 use serde_json::Value;
-use worker::{Context, Env, Response};
+use worker::{Context, Env};
 
 /// Serves either Messages URL; every failure is answered in Anthropic's error format.
 pub async fn serve(
@@ -41,7 +42,7 @@ pub async fn serve(
     ctx: &Context,
     request_id: &str,
     started_ms: u64,
-) -> Response {
+) -> Reply {
     let result = match auth::authenticate(&req, env, request_id, started_ms).await {
         Ok(rc) => match http::io::read_body(&req).await {
             Ok(body) => dispatch(&req, rc, body, call, env, ctx).await,
@@ -60,7 +61,7 @@ async fn dispatch(
     call: MessagesCall,
     env: &Env,
     ctx: &Context,
-) -> Result<Response, ApiError> {
+) -> Result<Reply, ApiError> {
     let header = |name: &str| rc.headers.get_owned(name);
     let query = req.query.clone();
     let client = ClientHeaders { version: header("anthropic-version"), beta: header("anthropic-beta"), query };
@@ -87,7 +88,7 @@ async fn handle(
     session_header: Option<String>,
     env: &Env,
     ctx: &Context,
-) -> Result<Response, ApiError> {
+) -> Result<Reply, ApiError> {
     let request = MessagesRequest::parse(&body, call)?;
     let table = route::table(env, &rc).await?;
     let logical = match rc.task.clone() {
@@ -107,7 +108,7 @@ async fn handle(
     if call == MessagesCall::CountTokens && !chain.iter().any(|(_, d)| d.provider == ProviderKind::Anthropic) {
         // No vendor to ask: the gateway's own estimate, the same one its limiter reserves.
         let tokens = estimate::estimate(shape.text_chars, shape.messages, Some(0), None).input;
-        return http::io::json_response(200, format!("{{\"input_tokens\":{tokens}}}").into_bytes());
+        return Ok(http::io::json_response(200, format!("{{\"input_tokens\":{tokens}}}").into_bytes()));
     }
     let cache = (call == MessagesCall::Create).then(|| {
         if !model.cache.enabled {

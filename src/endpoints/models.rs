@@ -5,9 +5,10 @@ use crate::auth::context::RequestContext;
 use crate::config;
 use crate::http::error::ApiError;
 use crate::http::io;
-use worker::{Env, Response};
+use crate::http::reply::Reply;
+use worker::Env;
 
-pub async fn list(rc: &RequestContext, env: &Env) -> Result<Response, ApiError> {
+pub async fn list(rc: &RequestContext, env: &Env) -> Result<Reply, ApiError> {
     let table = config::store::route_table(env, rc.started_ms).await?;
     let data: Vec<serde_json::Value> = table
         .models
@@ -17,5 +18,5 @@ pub async fn list(rc: &RequestContext, env: &Env) -> Result<Response, ApiError> 
         .map(|name| serde_json::json!({"id": name, "object": "model", "created": 0, "owned_by": "edge-gateway"}))
         .collect();
     let body = serde_json::json!({"object": "list", "data": data});
-    io::json_response(200, body.to_string().into_bytes())
+    Ok(io::json_response(200, body.to_string().into_bytes()))
 }

@@ -11,6 +11,7 @@ use crate::config::routes::{Api, Deployment};
 use crate::endpoints::route;
 use crate::http::codes;
 use crate::http::error::ApiError;
+use crate::http::reply::Reply;
 use crate::pipeline::gate::Needs;
 use crate::pipeline::run::{self, Trip};
 use crate::pipeline::step::{Answer, ClientStream, VendorStep};
@@ -19,7 +20,7 @@ use crate::providers::responses::{self, answer, request};
 use crate::providers::{self, StreamEnd, StreamTranslator, UpstreamCall, UpstreamError};
 use crate::usage::record::{Ingress, RequestOutcome, RequestShape};
 use serde_json::{Map, Value};
-use worker::{Context, Env, Response};
+use worker::{Context, Env};
 
 /// The header naming what a translated request left out (tools, reasoning items).
 pub const WARNING_HEADER: &str = "x-gateway-warning";
@@ -69,7 +70,7 @@ pub fn parse(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     Ok(req)
 }
 
-pub async fn create(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context) -> Result<Response, ApiError> {
+pub async fn create(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context) -> Result<Reply, ApiError> {
     let req = parse(&body)?;
     let stream = req.get("stream") == Some(&Value::Bool(true));
     let requested = req.get("model").and_then(Value::as_str).unwrap_or_default().to_string();
@@ -115,17 +116,17 @@ pub async fn create(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context)
     let step = ResponsesStep { chat: chat.as_ref(), template: answer::template(&req) };
     let mut response = run::run(trip, &step, env, ctx).await?;
     let warning = plan.ok().and_then(|p| p.warning());
-    let served = response.headers().get("x-gateway-deployment").ok().flatten();
-    let translated = served.and_then(|id| table.deployments.get(&id)).is_some_and(|d| !d.accepts(Api::Responses));
+    let served = response.sent_header("x-gateway-deployment");
+    let translated = served.and_then(|id| table.deployments.get(id)).is_some_and(|d| !d.accepts(Api::Responses));
     if let (Some(warning), true) = (warning, translated) {
-        let _ = response.headers_mut().set(WARNING_HEADER, &warning);
+        response.set_header(WARNING_HEADER, &warning);
     }
     Ok(response)
 }
 
 /// `POST /v1/responses/input_tokens`: counted by the first deployment that speaks the Responses
 /// API (the request is not translated; counting is not billed, so its usage event has 0 tokens).
-pub async fn input_tokens(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context) -> Result<Response, ApiError> {
+pub async fn input_tokens(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context) -> Result<Reply, ApiError> {
     let req = parse(&body)?;
     let requested = req.get("model").and_then(Value::as_str).unwrap_or_default().to_string();
     let logical = rc.task.clone().unwrap_or(requested);

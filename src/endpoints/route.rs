@@ -9,11 +9,12 @@ use crate::http::codes;
 use crate::http::error::ApiError;
 use crate::http::header_map::HeaderText;
 use crate::http::io;
+use crate::http::reply::Reply;
 use crate::pipeline::report;
 use crate::support::clock::now_ms;
 use crate::usage::record::RequestOutcome;
 use std::rc::Rc;
-use worker::{Context, Env, Response};
+use worker::{Context, Env};
 
 pub async fn table(env: &Env, rc: &RequestContext) -> Result<Rc<RouteTable>, ApiError> {
     config::store::route_table(env, rc.started_ms).await
@@ -48,7 +49,7 @@ pub fn serve_cached(
     replay: impl FnOnce(&str) -> Option<Vec<u8>>,
     ctx: &Context,
     env: &Env,
-) -> Result<Response, ApiError> {
+) -> Result<Reply, ApiError> {
     let now = now_ms();
     outcome.record_cache_hit(&answer.deployment, answer.usage, now);
     report::finish(outcome, ctx, env);
@@ -61,8 +62,8 @@ pub fn serve_cached(
         let sse = replay(&answer.body).ok_or_else(|| ApiError::internal("cached answer could not be replayed"))?;
         io::sse_response(futures::stream::once(async move { Ok(sse) }))?
     } else {
-        io::json_response(200, answer.body.into_bytes())?
+        io::json_response(200, answer.body.into_bytes())
     };
-    let _ = text.apply(&response.headers_mut().0);
+    response.set_headers(&text);
     Ok(response)
 }

@@ -7,8 +7,8 @@
 
 use crate::http::codes;
 use crate::http::error::ApiError;
+use crate::http::reply::Reply;
 use serde::Serialize;
-use worker::{Response, ResponseBuilder};
 
 /// Anthropic's status and error type for a gateway error.
 pub fn status_and_type(err: &ApiError) -> (u16, &'static str) {
@@ -61,26 +61,21 @@ pub fn stream_error_event(err: &ApiError) -> Vec<u8> {
     out
 }
 
-pub fn error_response(err: &ApiError, request_id: Option<&str>) -> Response {
+pub fn error_response(err: &ApiError, request_id: Option<&str>) -> Reply {
     let (status, _) = status_and_type(err);
-    let mut headers =
-        vec![("content-type", "application/json".to_string()), ("x-gateway-error-code", err.code.clone())];
+    let mut reply = Reply::json(status, to_json(err, request_id).into_bytes());
+    reply.set_header("x-gateway-error-code", &err.code);
     if let Some(s) = err.retry_after_s {
-        headers.push(("retry-after", s.to_string()));
+        reply.set_header("retry-after", &s.to_string());
     }
     if let Some(id) = request_id {
-        headers.push(("x-request-id", id.to_string()));
-        headers.push(("request-id", id.to_string()));
+        reply.set_header("x-request-id", id);
+        reply.set_header("request-id", id);
     }
-    headers.extend(err.headers.iter().map(|(n, v)| (*n, v.clone())));
-    let mut builder = ResponseBuilder::new().with_status(status);
-    for (name, value) in headers {
-        builder = match builder.with_header(name, &value) {
-            Ok(b) => b,
-            Err(_) => ResponseBuilder::new().with_status(status),
-        };
+    for (name, value) in &err.headers {
+        reply.set_header(name, value);
     }
-    builder.fixed(to_json(err, request_id).into_bytes())
+    reply
 }
 
 #[cfg(test)]

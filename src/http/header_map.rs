@@ -14,15 +14,11 @@ export function headers_named(h, text) {
   for (const k of names) { const v = h.get(k); if (v !== null) s += k + '\\n' + v + '\\n'; }
   return s;
 }
-export function set_text(h, t) { const p = t.split('\\n'); for (let i = 0; i + 1 < p.length; i += 2) h.set(p[i], p[i + 1]); }
 ")]
 extern "C" {
     /// The headers named in `names` (`\n`-separated, lower-case) that are present, as
     /// `name\nvalue\n` pairs; the names' text is split once per isolate while it stays the same.
     fn headers_named(headers: &web_sys::Headers, names: &worker::wasm_bindgen::JsValue) -> String;
-    /// Sets `name\nvalue\n` pairs in order (a later one wins); throws a `TypeError` on an invalid one.
-    #[wasm_bindgen(catch)]
-    fn set_text(headers: &web_sys::Headers, text: &str) -> Result<(), worker::wasm_bindgen::JsValue>;
 }
 
 /// Headers to send, collected in wasm and handed to the runtime in one call.
@@ -52,12 +48,15 @@ impl HeaderText {
         &self.0
     }
 
-    /// Sets every collected header on `headers`, in order.
-    pub fn apply(&self, headers: &web_sys::Headers) -> Result<(), String> {
-        if self.0.is_empty() {
-            return Ok(());
-        }
-        set_text(headers, &self.0).map_err(|e| worker::Error::from(e).to_string())
+    /// Appends every pair of `other`, in order.
+    pub fn extend(&mut self, other: &HeaderText) {
+        self.0.push_str(&other.0);
+    }
+
+    /// The collected pairs in order, a repeated name as often as it was added.
+    pub fn pairs(&self) -> impl Iterator<Item = (&str, &str)> {
+        let mut parts = self.0.split('\n');
+        std::iter::from_fn(move || Some((parts.next()?, parts.next()?)))
     }
 }
 

@@ -2,9 +2,9 @@
 
 use crate::http::codes;
 use crate::http::error::ApiError;
-use crate::http::header_map::HeaderText;
 use crate::http::incoming::Incoming;
-use worker::{web_sys, Response, ResponseBuilder};
+use crate::http::reply::Reply;
+use worker::{web_sys, ResponseBody, ResponseBuilder};
 
 /// Largest request body accepted; image-bearing chat requests can be several MiB.
 pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
@@ -13,56 +13,39 @@ pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 /// is cheaper than reading.
 const MAX_DRAINED_BYTES: usize = 4 * MAX_BODY_BYTES;
 
-pub fn json_response(status: u16, body: Vec<u8>) -> Result<Response, ApiError> {
-    ResponseBuilder::new()
-        .with_status(status)
-        .with_header("content-type", "application/json")
-        .map_err(|e| ApiError::internal(e.to_string()))
-        .map(|b| b.fixed(body))
+pub fn json_response(status: u16, body: Vec<u8>) -> Reply {
+    Reply::json(status, body)
 }
 
-pub fn error_response(err: &ApiError, request_id: Option<&str>) -> Response {
-    let mut builder = ResponseBuilder::new().with_status(err.status);
-    let mut headers = vec![("content-type", "application/json".to_string())];
+pub fn error_response(err: &ApiError, request_id: Option<&str>) -> Reply {
+    let mut reply = Reply::json(err.status, err.to_json().into_bytes());
     if let Some(s) = err.retry_after_s {
-        headers.push(("retry-after", s.to_string()));
+        reply.set_header("retry-after", &s.to_string());
     }
     if let Some(id) = request_id {
-        headers.push(("x-request-id", id.to_string()));
+        reply.set_header("x-request-id", id);
     }
     for (name, value) in &err.headers {
-        headers.push((name, value.clone()));
+        reply.set_header(name, value);
     }
-    for (name, value) in headers {
-        builder = match builder.with_header(name, &value) {
-            Ok(b) => b,
-            Err(_) => ResponseBuilder::new().with_status(err.status),
-        };
-    }
-    builder.fixed(err.to_json().into_bytes())
+    reply
 }
 
-pub fn sse_response<S>(stream: S) -> Result<Response, ApiError>
+/// An SSE answer whose body is made from a Rust stream (a cached answer's replay).
+pub fn sse_response<S>(stream: S) -> Result<Reply, ApiError>
 where
     S: futures::Stream<Item = worker::Result<Vec<u8>>> + 'static,
 {
-    let response = ResponseBuilder::new().with_status(200).from_stream(stream);
-    with_sse_headers(response.map_err(|e| ApiError::internal(e.to_string()))?)
+    let response = ResponseBuilder::new().from_stream(stream).map_err(|e| ApiError::internal(e.to_string()))?;
+    match response.body() {
+        ResponseBody::Stream(stream) => Ok(Reply::sse(stream.clone())),
+        _ => Err(ApiError::internal("a stream's answer has no stream")),
+    }
 }
 
 /// An SSE answer whose body is a stream the runtime already holds.
-pub fn sse_stream(body: web_sys::ReadableStream) -> Result<Response, ApiError> {
-    with_sse_headers(ResponseBuilder::new().with_status(200).stream(body))
-}
-
-/// An SSE answer's headers, set in one call: a stream's answer is built after its first token
-/// has come, so each call delays that token.
-fn with_sse_headers(response: Response) -> Result<Response, ApiError> {
-    let mut text = HeaderText::default();
-    let _ = text.add("content-type", "text/event-stream; charset=utf-8");
-    let _ = text.add("cache-control", "no-cache");
-    text.apply(&response.headers().0).map_err(ApiError::internal)?;
-    Ok(response)
+pub fn sse_stream(body: web_sys::ReadableStream) -> Reply {
+    Reply::sse(body)
 }
 
 async fn drain(req: &Incoming) {

@@ -7,4 +7,5 @@ pub mod header_map;
 pub mod incoming;
 pub mod io;
 pub mod outgoing;
+pub mod reply;
 pub mod sse;

@@ -5,10 +5,11 @@ use crate::auth::context::RequestContext;
 use crate::http;
 use crate::http::codes;
 use crate::http::error::ApiError;
+use crate::http::reply::Reply;
 use crate::idempotency::{self, IdempotencyRequest, IdempotencyResponse, Settle, REPLAYED_HEADER};
 use limiter::idempotency::call;
 use serde_json::Value;
-use worker::{Env, Response, Stub};
+use worker::{Env, Stub};
 
 pub const IDEMPOTENCY_BINDING: &str = "IDEMPOTENCY";
 
@@ -23,7 +24,7 @@ pub enum Entry {
     /// No key: nothing to do.
     Open,
     Proceed(Claim),
-    Replay(Response),
+    Replay(Reply),
 }
 
 fn unavailable(e: impl std::fmt::Display) -> ApiError {
@@ -54,12 +55,11 @@ pub async fn enter(rc: &RequestContext, env: &Env, body: &[u8]) -> Result<Entry,
     match answer {
         IdempotencyResponse::Proceed => Ok(Entry::Proceed(Claim { stub, owner: request_id.to_string() })),
         IdempotencyResponse::Replay { response, .. } => {
-            let mut replay = http::io::json_response(response.status, response.body.into_bytes())?;
-            let headers = replay.headers_mut();
+            let mut replay = http::io::json_response(response.status, response.body.into_bytes());
             for (name, value) in &response.headers {
-                let _ = headers.set(name, value);
+                replay.set_header(name, value);
             }
-            let _ = headers.set(REPLAYED_HEADER, "true");
+            replay.set_header(REPLAYED_HEADER, "true");
             Ok(Entry::Replay(replay))
         }
         other => Err(ApiError::internal(format!("unexpected idempotency answer: {other:?}"))),
@@ -71,21 +71,16 @@ impl Claim {
     /// `format` writes a failure in the door's own error format, which replays then repeat.
     pub async fn finish(
         self,
-        result: Result<Response, ApiError>,
-        format: impl FnOnce(&ApiError) -> Response,
-    ) -> Result<Response, ApiError> {
+        result: Result<Reply, ApiError>,
+        format: impl FnOnce(&ApiError) -> Reply,
+    ) -> Result<Reply, ApiError> {
         let mut response = result.unwrap_or_else(|e| format(&e));
-        let status = response.status_code();
+        let status = response.status;
         let request = match idempotency::settle_for(status) {
             Settle::Abandon => IdempotencyRequest::Abandon { owner: self.owner },
             Settle::Complete => {
-                let body = match response.cloned() {
-                    Ok(mut copy) => copy.text().await.unwrap_or_default(),
-                    Err(_) => String::new(),
-                };
-                let headers: Vec<(String, String)> = response.headers().entries().collect();
-                let stored =
-                    idempotency::stored_response(status, headers.iter().map(|(k, v)| (k.as_str(), v.as_str())), body);
+                let body = String::from_utf8_lossy(response.bytes().unwrap_or_default()).into_owned();
+                let stored = idempotency::stored_response(status, response.header_pairs(), body);
                 IdempotencyRequest::Complete { owner: self.owner, response: stored }
             }
         };
@@ -94,7 +89,7 @@ impl Claim {
                 serde_json::json!({"event": "idempotency_store_failed", "error": e.to_string()}),
             );
         }
-        let _ = response.headers_mut().set(REPLAYED_HEADER, "false");
+        response.set_header(REPLAYED_HEADER, "false");
         Ok(response)
     }
 }

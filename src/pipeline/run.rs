@@ -10,6 +10,7 @@ use crate::http::codes;
 use crate::http::error::ApiError;
 use crate::http::header_map::HeaderText;
 use crate::http::io;
+use crate::http::reply::Reply;
 use crate::limits::admission::{self, Admission, Admit, Scopes};
 use crate::limits::budget;
 use crate::limits::refusal::refusal_error;
@@ -23,13 +24,13 @@ use crate::pipeline::step::VendorStep;
 use crate::pipeline::stream::{self, AfterStream, StreamAttempt};
 use crate::pipeline::timeouts::AttemptClock;
 use crate::pipeline::upstream::{self, UpstreamResponse};
-use crate::providers::{self, ErrorClass, UpstreamError};
+use crate::providers::{self, UpstreamError};
 use crate::support::clock::now_ms;
 use crate::usage::estimate::TokenEstimate;
 use crate::usage::record::RequestShape;
 use crate::usage::record::{Attempt, RequestOutcome};
 use limiter::protocol::{FaultReason, Outcome, TokenUsage, UpstreamSignals};
-use worker::{Context, Env, Response};
+use worker::{Context, Env};
 
 /// What an endpoint tells the pipeline about one request.
 pub struct Trip<'a> {
@@ -53,7 +54,7 @@ pub struct Trip<'a> {
 }
 
 /// Runs one request through the pipeline with the endpoint's vendor step.
-pub async fn run(trip: Trip<'_>, step: &dyn VendorStep, env: &Env, ctx: &Context) -> Result<Response, ApiError> {
+pub async fn run(trip: Trip<'_>, step: &dyn VendorStep, env: &Env, ctx: &Context) -> Result<Reply, ApiError> {
     let mut trip = trip;
     let rc = trip.rc;
     let deadline_ms = rc.started_ms + trip.model.deadline_ms(rc.timeout_override_ms);
@@ -96,7 +97,7 @@ fn refuse(mut outcome: RequestOutcome, error: ApiError, ctx: &Context, env: &Env
 
 /// A deployment's answer on its way to the client.
 struct Served {
-    response: Response,
+    response: Reply,
     index: usize,
     remaining: (Option<u64>, Option<u64>),
 }
@@ -225,7 +226,7 @@ impl<'a> Driver<'a> {
         call: &providers::UpstreamCall,
         admission: Admission,
         started_ms: u64,
-    ) -> Result<Response, UpstreamError> {
+    ) -> Result<Reply, UpstreamError> {
         let deployment = self.trip.chain[index].1;
         let clock = AttemptClock::new(started_ms, deployment.timeouts, self.planner.deadline_ms());
         let now = now_ms();
@@ -263,7 +264,7 @@ impl<'a> Driver<'a> {
         mut up: UpstreamResponse,
         admission: Admission,
         clock: AttemptClock,
-    ) -> Result<Response, UpstreamError> {
+    ) -> Result<Reply, UpstreamError> {
         let (id, deployment) = self.trip.chain[index];
         let started_ms = clock.sent_ms();
         let translated = match upstream::read_body(&mut up) {
@@ -288,7 +289,7 @@ impl<'a> Driver<'a> {
                 self.ctx.wait_until(CacheUse::store(slot.key, cached, self.trip.rc.env.clone()));
             }
         }
-        io::json_response(200, answer.body.into_bytes()).map_err(|e| internal(e.message))
+        Ok(io::json_response(200, answer.body.into_bytes()))
     }
 
     async fn relay_stream(
@@ -297,7 +298,7 @@ impl<'a> Driver<'a> {
         up: UpstreamResponse,
         admission: Admission,
         clock: AttemptClock,
-    ) -> Result<Response, UpstreamError> {
+    ) -> Result<Reply, UpstreamError> {
         let (id, deployment) = self.trip.chain[index];
         let scopes = self.scopes.clone();
         let limit = AnswerLimit::new(self.trip.model.max_answer_bytes);
@@ -309,12 +310,12 @@ impl<'a> Driver<'a> {
         };
         let translator = self.step.stream(deployment, now_ms());
         let live = stream::start(up, attempt, translator, after, self.ctx).await?;
-        io::sse_stream(live.into_body()).map_err(|e| internal(e.message))
+        Ok(io::sse_stream(live.into_body()))
     }
 
     /// The served answer with the gateway's headers; a JSON answer's usage event leaves now, a
     /// stream's when it ends.
-    fn answer(mut self, served: Served, soft_budget: bool) -> Response {
+    fn answer(mut self, served: Served, soft_budget: bool) -> Reply {
         let Served { mut response, index, remaining } = served;
         let (id, deployment) = self.trip.chain[index];
         self.log.served(id);
@@ -329,7 +330,7 @@ impl<'a> Driver<'a> {
         let attempts = self.planner.attempts() as usize;
         route_headers(&mut text, id, deployment, attempts, remaining);
         budget::mark(&mut text, soft_budget);
-        let _ = text.apply(&response.headers_mut().0);
+        response.set_headers(&text);
         if !self.trip.stream {
             report::finish(self.trip.outcome, self.ctx, self.env);
         }
@@ -337,7 +338,7 @@ impl<'a> Driver<'a> {
     }
 
     /// Nothing served: release or settle what the request holds, record it, and say why.
-    async fn give_up(mut self) -> Result<Response, ApiError> {
+    async fn give_up(mut self) -> Result<Reply, ApiError> {
         self.log.emit();
         let last_error = self.planner.last_error();
         self.scopes.finish_failed(self.ctx, self.planner.attempts() > 0, last_error).await;
@@ -347,8 +348,4 @@ impl<'a> Driver<'a> {
         report::finish(self.trip.outcome, self.ctx, self.env);
         Err(api_error)
     }
-}
-
-fn internal(message: String) -> UpstreamError {
-    UpstreamError { class: ErrorClass::ServerError, status: 0, message, retry_after_ms: None, vendor_code: None }
 }

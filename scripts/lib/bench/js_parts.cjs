@@ -1,6 +1,6 @@
 // What the pieces of the gateway's upstream call cost in workerd, each alone: the `fetch` init
 // (as a `Request`, which converts the same init without I/O) with its headers in each shape the
-// runtime takes, the `AbortController`, the timer, and the `Promise` with its closures.
+// runtime takes, a JSON answer's `Response` with its headers in each shape, the `AbortController`, the timer, and the `Promise` with its closures.
 // usage: node js_parts.cjs [ITERATIONS]   (run on an idle core: taskset -c 0 node ...)
 // Prints µs per call: the median of 5 requests of ITERATIONS calls each, less an empty loop's.
 "use strict";
@@ -17,6 +17,14 @@ const pairs = (t) => { const p = t.split("\\n"), out = []; for (let i = 0; i + 1
 const dict = (t) => { const h = Object.create(null); for (const [k, v] of pairs(t)) h[k] = v; return h; };
 const literal = (t) => { const h = {}; for (const [k, v] of pairs(t)) h[k] = v; return h; };
 const headers = (t) => { const h = new Headers(); for (const [k, v] of pairs(t)) h.append(k, v); return h; };
+// A JSON answer as the gateway sends it: its body, then its headers (x-request-id last).
+const ANSWER = new TextEncoder().encode(JSON.stringify({ id: "chatcmpl-mock", object: "chat.completion", created: 1,
+  model: "gpt-4o-mini", choices: [{ index: 0, message: { role: "assistant", content: "Hello there! How can I help?" },
+  finish_reason: "stop" }], usage: { prompt_tokens: 23, completion_tokens: 8, total_tokens: 31 } }));
+const RT = "content-type\\napplication/json\\nx-gateway-fallback\\nfalse\\nx-gateway-cache\\nmiss\\n" +
+  "x-gateway-deployment\\nmock-openai\\nx-gateway-provider\\nopenai\\nx-gateway-attempts\\n1\\n" +
+  "x-ratelimit-remaining-requests\\n99\\nx-request-id\\nreq_0123456789abcdef01234567\\n";
+const setText = (h, t) => { const p = t.split("\\n"); for (let i = 0; i + 1 < p.length; i += 2) h.set(p[i], p[i + 1]); };
 const init = (h, signal) => ({ method: "POST", headers: h, body: BODY.slice(), signal });
 const parts = {
   empty() {},
@@ -25,6 +33,18 @@ const parts = {
   "Request, headers as a Headers": () => new Request(URL_, init(headers(HT))),
   "Request, headers as [name, value] pairs": () => new Request(URL_, init(pairs(HT))),
   "Request, null-prototype headers and an AbortSignal": () => new Request(URL_, init(dict(HT), new AbortController().signal)),
+  "Response, no headers": () => new Response(ANSWER.slice(), { status: 200 }),
+  "Response, its headers set on a Headers first (the gateway's)": () => {
+    const h = new Headers();
+    setText(h, RT);
+    return new Response(ANSWER.slice(), { status: 200, headers: h });
+  },
+  "Response, headers as a null-prototype object": () => new Response(ANSWER.slice(), { status: 200, headers: dict(RT) }),
+  "Response, then its own headers set": () => {
+    const r = new Response(ANSWER.slice(), { status: 200 });
+    setText(r.headers, RT);
+    return r;
+  },
   "AbortController": () => new AbortController().signal,
   "setTimeout + clearTimeout": () => clearTimeout(setTimeout(() => {}, 60000)),
   "AbortSignal.timeout": () => AbortSignal.timeout(60000),
