@@ -9,7 +9,6 @@ use crate::config;
 use crate::config::credentials;
 use crate::config::keys;
 use crate::endpoints::health;
-use crate::http;
 use crate::http::codes;
 use crate::http::error::ApiError;
 use crate::http::incoming::Incoming;
@@ -130,5 +129,5 @@ pub async fn status(req: &Incoming, env: &Env, now_ms: u64) -> Result<Reply, Api
         "unbound_credentials": unbound,
         "usage_dead_letter": dead_letter::parked(env).await,
     });
-    Ok(http::io::json_response(200, body.to_string().into_bytes()))
+    Ok(Reply::json(200, body.to_string().into_bytes()))
 }

@@ -9,7 +9,6 @@ use crate::config;
 use crate::config::budgets;
 use crate::config::last_good::DocHealth;
 use crate::config::prices;
-use crate::http;
 use crate::http::error::ApiError;
 use crate::http::reply::Reply;
 use serde_json::json;
@@ -35,5 +34,5 @@ pub async fn healthz(env: &Env, now_ms: u64) -> Result<Reply, ApiError> {
     } else {
         (200, json!({"status": "degraded", "degraded": degraded}))
     };
-    Ok(http::io::json_response(status, body.to_string().into_bytes()))
+    Ok(Reply::json(status, body.to_string().into_bytes()))
 }

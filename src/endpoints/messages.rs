@@ -108,7 +108,7 @@ async fn handle(
     if call == MessagesCall::CountTokens && !chain.iter().any(|(_, d)| d.provider == ProviderKind::Anthropic) {
         // No vendor to ask: the gateway's own estimate, the same one its limiter reserves.
         let tokens = estimate::estimate(shape.text_chars, shape.messages, Some(0), None).input;
-        return Ok(http::io::json_response(200, format!("{{\"input_tokens\":{tokens}}}").into_bytes()));
+        return Ok(Reply::json(200, format!("{{\"input_tokens\":{tokens}}}").into_bytes()));
     }
     let cache = (call == MessagesCall::Create).then(|| {
         if !model.cache.enabled {

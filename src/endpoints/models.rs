@@ -4,7 +4,6 @@
 use crate::auth::context::RequestContext;
 use crate::config;
 use crate::http::error::ApiError;
-use crate::http::io;
 use crate::http::reply::Reply;
 use worker::Env;
 
@@ -18,5 +17,5 @@ pub async fn list(rc: &RequestContext, env: &Env) -> Result<Reply, ApiError> {
         .map(|name| serde_json::json!({"id": name, "object": "model", "created": 0, "owned_by": "edge-gateway"}))
         .collect();
     let body = serde_json::json!({"object": "list", "data": data});
-    Ok(io::json_response(200, body.to_string().into_bytes()))
+    Ok(Reply::json(200, body.to_string().into_bytes()))
 }

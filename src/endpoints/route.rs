@@ -7,7 +7,6 @@ use crate::config;
 use crate::config::routes::{LogicalModel, RouteTable};
 use crate::http::codes;
 use crate::http::error::ApiError;
-use crate::http::header_map::HeaderText;
 use crate::http::io;
 use crate::http::reply::Reply;
 use crate::pipeline::report;
@@ -53,17 +52,16 @@ pub fn serve_cached(
     let now = now_ms();
     outcome.record_cache_hit(&answer.deployment, answer.usage, now);
     report::finish(outcome, ctx, env);
-    let mut text = HeaderText::default();
-    let _ = text.add("x-gateway-cache", "hit");
-    let _ = text.add("age", &answer.age_s(now).to_string());
-    let _ = text.add("x-gateway-deployment", &answer.deployment);
-    let _ = text.add("x-gateway-attempts", "0");
+    let age = answer.age_s(now).to_string();
     let mut response = if stream {
         let sse = replay(&answer.body).ok_or_else(|| ApiError::internal("cached answer could not be replayed"))?;
         io::sse_response(futures::stream::once(async move { Ok(sse) }))?
     } else {
-        io::json_response(200, answer.body.into_bytes())
+        Reply::json(200, answer.body.into_bytes())
     };
-    response.set_headers(&text);
+    response.set_header("x-gateway-cache", "hit");
+    response.set_header("age", &age);
+    response.set_header("x-gateway-deployment", &answer.deployment);
+    response.set_header("x-gateway-attempts", "0");
     Ok(response)
 }

@@ -65,15 +65,10 @@ pub fn error_response(err: &ApiError, request_id: Option<&str>) -> Reply {
     let (status, _) = status_and_type(err);
     let mut reply = Reply::json(status, to_json(err, request_id).into_bytes());
     reply.set_header("x-gateway-error-code", &err.code);
-    if let Some(s) = err.retry_after_s {
-        reply.set_header("retry-after", &s.to_string());
-    }
+    crate::http::io::set_error_headers(&mut reply, err, request_id);
+    // Anthropic's SDKs read the request id from their own header.
     if let Some(id) = request_id {
-        reply.set_header("x-request-id", id);
         reply.set_header("request-id", id);
-    }
-    for (name, value) in &err.headers {
-        reply.set_header(name, value);
     }
     reply
 }

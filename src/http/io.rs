@@ -4,7 +4,7 @@ use crate::http::codes;
 use crate::http::error::ApiError;
 use crate::http::incoming::Incoming;
 use crate::http::reply::Reply;
-use worker::{web_sys, ResponseBody, ResponseBuilder};
+use worker::{ResponseBody, ResponseBuilder};
 
 /// Largest request body accepted; image-bearing chat requests can be several MiB.
 pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
@@ -13,12 +13,15 @@ pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 /// is cheaper than reading.
 const MAX_DRAINED_BYTES: usize = 4 * MAX_BODY_BYTES;
 
-pub fn json_response(status: u16, body: Vec<u8>) -> Reply {
-    Reply::json(status, body)
-}
-
 pub fn error_response(err: &ApiError, request_id: Option<&str>) -> Reply {
     let mut reply = Reply::json(err.status, err.to_json().into_bytes());
+    set_error_headers(&mut reply, err, request_id);
+    reply
+}
+
+/// The headers every error answer carries, whatever its format: `retry-after`, the request id
+/// and the error's own (a limit's scope and reset).
+pub fn set_error_headers(reply: &mut Reply, err: &ApiError, request_id: Option<&str>) {
     if let Some(s) = err.retry_after_s {
         reply.set_header("retry-after", &s.to_string());
     }
@@ -28,7 +31,6 @@ pub fn error_response(err: &ApiError, request_id: Option<&str>) -> Reply {
     for (name, value) in &err.headers {
         reply.set_header(name, value);
     }
-    reply
 }
 
 /// An SSE answer whose body is made from a Rust stream (a cached answer's replay).
@@ -41,11 +43,6 @@ where
         ResponseBody::Stream(stream) => Ok(Reply::sse(stream.clone())),
         _ => Err(ApiError::internal("a stream's answer has no stream")),
     }
-}
-
-/// An SSE answer whose body is a stream the runtime already holds.
-pub fn sse_stream(body: web_sys::ReadableStream) -> Reply {
-    Reply::sse(body)
 }
 
 async fn drain(req: &Incoming) {

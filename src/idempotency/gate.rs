@@ -2,7 +2,6 @@
 //! whether this request proceeds, waits (409), replays the stored answer, or is refused (422).
 
 use crate::auth::context::RequestContext;
-use crate::http;
 use crate::http::codes;
 use crate::http::error::ApiError;
 use crate::http::reply::Reply;
@@ -55,7 +54,7 @@ pub async fn enter(rc: &RequestContext, env: &Env, body: &[u8]) -> Result<Entry,
     match answer {
         IdempotencyResponse::Proceed => Ok(Entry::Proceed(Claim { stub, owner: request_id.to_string() })),
         IdempotencyResponse::Replay { response, .. } => {
-            let mut replay = http::io::json_response(response.status, response.body.into_bytes());
+            let mut replay = Reply::json(response.status, response.body.into_bytes());
             for (name, value) in &response.headers {
                 replay.set_header(name, value);
             }

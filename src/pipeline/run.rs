@@ -9,7 +9,6 @@ use crate::config::routes::{Deployment, LogicalModel};
 use crate::http::codes;
 use crate::http::error::ApiError;
 use crate::http::header_map::HeaderText;
-use crate::http::io;
 use crate::http::reply::Reply;
 use crate::limits::admission::{self, Admission, Admit, Scopes};
 use crate::limits::budget;
@@ -289,7 +288,7 @@ impl<'a> Driver<'a> {
                 self.ctx.wait_until(CacheUse::store(slot.key, cached, self.trip.rc.env.clone()));
             }
         }
-        Ok(io::json_response(200, answer.body.into_bytes()))
+        Ok(Reply::json(200, answer.body.into_bytes()))
     }
 
     async fn relay_stream(
@@ -310,7 +309,7 @@ impl<'a> Driver<'a> {
         };
         let translator = self.step.stream(deployment, now_ms());
         let live = stream::start(up, attempt, translator, after, self.ctx).await?;
-        Ok(io::sse_stream(live.into_body()))
+        Ok(Reply::sse(live.into_body()))
     }
 
     /// The served answer with the gateway's headers; a JSON answer's usage event leaves now, a
