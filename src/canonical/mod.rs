@@ -14,6 +14,7 @@ pub mod completion;
 mod decode;
 mod path;
 pub mod usage;
+pub mod usage_counts;
 mod validate;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]

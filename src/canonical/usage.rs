@@ -7,6 +7,7 @@
 //! `output` counts every generated token, and `reasoning` is the part of `output` the model spent
 //! thinking (already in `output`, reported for information).
 
+use crate::canonical::usage_counts::{AnthropicCounts, OpenaiCounts};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -53,58 +54,66 @@ impl Usage {
 
     /// Reads an OpenAI-style `usage` object (OpenAI, DeepSeek, Qwen, GLM, vLLM); `None` if it is not one.
     pub fn from_openai(usage: &Value) -> Option<Usage> {
-        let obj = usage.as_object()?;
-        let prompt = obj.get("prompt_tokens").and_then(Value::as_u64);
-        let completion = obj.get("completion_tokens").and_then(Value::as_u64);
+        OpenaiCounts::deserialize(usage).ok().and_then(Usage::from_openai_counts)
+    }
+
+    /// The usage an OpenAI-style `usage` object's counts make; `None` without prompt or completion counts.
+    pub fn from_openai_counts(counts: OpenaiCounts) -> Option<Usage> {
+        let (prompt, completion) = (counts.prompt_tokens(), counts.completion_tokens());
         if prompt.is_none() && completion.is_none() {
             return None;
         }
         let prompt = prompt.unwrap_or(0);
-        let cached = usage
-            .pointer("/prompt_tokens_details/cached_tokens")
-            .and_then(Value::as_u64)
-            // DeepSeek reports its context-cache hits under its own name.
-            .or_else(|| obj.get("prompt_cache_hit_tokens").and_then(Value::as_u64))
-            .unwrap_or(0)
-            .min(prompt);
-        let reasoning =
-            usage.pointer("/completion_tokens_details/reasoning_tokens").and_then(Value::as_u64).unwrap_or(0);
+        // DeepSeek reports its context-cache hits under its own name.
+        let cached = counts.cached_tokens().or(counts.prompt_cache_hit_tokens()).unwrap_or(0).min(prompt);
         Some(Usage {
             input: prompt - cached,
             output: completion.unwrap_or(0),
             cached_read: cached,
             cache_write: 0,
-            reasoning,
+            reasoning: counts.reasoning_tokens().unwrap_or(0),
             cache_write_1h: 0,
         })
     }
 
     /// Reads an Anthropic `usage` object; `None` if it carries no token counts.
     pub fn from_anthropic(usage: &Value) -> Option<Usage> {
+        AnthropicCounts::deserialize(usage).ok().and_then(Usage::from_anthropic_counts)
+    }
+
+    /// The usage an Anthropic `usage` object's counts make; `None` if it carries none.
+    pub fn from_anthropic_counts(counts: AnthropicCounts) -> Option<Usage> {
         let mut u = Usage::default();
-        u.merge_anthropic(usage).then_some(u)
+        u.merge_anthropic_counts(counts).then_some(u)
     }
 
     /// Overwrites the fields an Anthropic `usage` object carries (stream counts are cumulative);
     /// returns whether it carried any.
     pub fn merge_anthropic(&mut self, usage: &Value) -> bool {
-        let Some(obj) = usage.as_object() else { return false };
+        AnthropicCounts::deserialize(usage).is_ok_and(|counts| self.merge_anthropic_counts(counts))
+    }
+
+    /// [`merge_anthropic`](Self::merge_anthropic) of the counts already read.
+    pub fn merge_anthropic_counts(&mut self, counts: AnthropicCounts) -> bool {
+        if !counts.is_object() {
+            return false;
+        }
         let mut any = false;
-        let mut take = |key: &str, slot: &mut u64| {
-            if let Some(n) = obj.get(key).and_then(Value::as_u64) {
+        let mut take = |count: Option<u64>, slot: &mut u64| {
+            if let Some(n) = count {
                 *slot = n;
                 any = true;
             }
         };
-        take("input_tokens", &mut self.input);
-        take("output_tokens", &mut self.output);
-        take("cache_read_input_tokens", &mut self.cached_read);
-        take("cache_creation_input_tokens", &mut self.cache_write);
-        if let Some(n) = usage.pointer("/cache_creation/ephemeral_1h_input_tokens").and_then(Value::as_u64) {
+        take(counts.input_tokens(), &mut self.input);
+        take(counts.output_tokens(), &mut self.output);
+        take(counts.cache_read_input_tokens(), &mut self.cached_read);
+        take(counts.cache_creation_input_tokens(), &mut self.cache_write);
+        if let Some(n) = counts.ephemeral_1h_input_tokens() {
             self.cache_write_1h = n;
         }
         // Thinking is part of `output_tokens`; the thinking-token-count beta reports how much.
-        if let Some(n) = usage.pointer("/output_tokens_details/thinking_tokens").and_then(Value::as_u64) {
+        if let Some(n) = counts.thinking_tokens() {
             self.reasoning = n;
         }
         self.cache_write_1h = self.cache_write_1h.min(self.cache_write);
@@ -138,24 +147,29 @@ const CHARS_PER_TOKEN: u64 = 4;
 
 impl AnthropicStreamUsage {
     /// `message_start`'s `usage` (input tokens, cache, the output placeholder).
-    pub fn start(&mut self, usage: &Value) {
+    pub fn start(&mut self, usage: AnthropicCounts) {
         self.merge(usage);
     }
 
     /// `message_delta`'s `usage`: its `output_tokens` is the real count.
-    pub fn delta(&mut self, usage: &Value) {
-        self.output_final |= usage.get("output_tokens").is_some_and(Value::is_u64);
+    pub fn delta(&mut self, usage: AnthropicCounts) {
+        self.output_final |= usage.output_tokens().is_some();
         self.merge(usage);
     }
 
     /// Generated content that went out: text, thinking, tool-argument JSON.
     pub fn delivered(&mut self, text: &str) {
-        self.delivered_chars = self.delivered_chars.saturating_add(text.chars().count() as u64);
+        self.delivered_chars(text.chars().count() as u64);
     }
 
-    fn merge(&mut self, usage: &Value) {
+    /// [`delivered`](Self::delivered) of output already counted, in characters.
+    pub fn delivered_chars(&mut self, chars: u64) {
+        self.delivered_chars = self.delivered_chars.saturating_add(chars);
+    }
+
+    fn merge(&mut self, usage: AnthropicCounts) {
         let mut u = self.reported.unwrap_or_default();
-        if u.merge_anthropic(usage) {
+        if u.merge_anthropic_counts(usage) {
             self.reported = Some(u);
         }
     }
@@ -185,16 +199,16 @@ mod tests {
     fn a_cut_anthropic_stream_bills_what_it_delivered_and_says_so() {
         let mut s = AnthropicStreamUsage::default();
         assert_eq!((s.usage(), s.estimated()), (None, false));
-        s.start(&json!({"input_tokens": 25, "cache_read_input_tokens": 7, "output_tokens": 1}));
+        s.start(AnthropicCounts::of(&json!({"input_tokens": 25, "cache_read_input_tokens": 7, "output_tokens": 1})));
         s.delivered("Hello from the vendor, ");
         s.delivered("{\"city\": \"Paris\"}");
         let cut = s.usage().unwrap();
         assert_eq!((cut.input, cut.cached_read, cut.output), (25, 7, 10), "40 characters → 10 tokens, not 1");
         assert!(s.estimated());
-        s.delta(&json!({"output_tokens": 9}));
+        s.delta(AnthropicCounts::of(&json!({"output_tokens": 9})));
         assert_eq!((s.usage().unwrap().output, s.estimated()), (9, false), "the vendor's final count wins");
         let mut quiet = AnthropicStreamUsage::default();
-        quiet.start(&json!({"input_tokens": 3, "output_tokens": 1}));
+        quiet.start(AnthropicCounts::of(&json!({"input_tokens": 3, "output_tokens": 1})));
         assert_eq!((quiet.usage().unwrap().output, quiet.estimated()), (1, true), "nothing delivered");
     }
 

@@ -7,6 +7,7 @@
 //! (`providers::messages_openai`). Limits, budgets, fallback, the decision log and the usage
 //! event (ingress `messages`) come from the pipeline.
 
+use super::messages_body::MessagesBody;
 use crate::auth;
 use crate::auth::context::RequestContext;
 use crate::cache;
@@ -32,6 +33,7 @@ use crate::usage::estimate;
 use crate::usage::output_history;
 use crate::usage::record::{Ingress, RequestOutcome, RequestShape};
 use serde_json::Value;
+use std::cell::OnceCell;
 use worker::{Context, Env};
 
 /// Serves either Messages URL; every failure is answered in Anthropic's error format.
@@ -116,7 +118,7 @@ async fn handle(
         }
         let deployments: Vec<&str> = chain.iter().map(|(id, _)| *id).collect();
         let route = cache_route(&logical, &deployments, &client);
-        CacheUse::decide_message(&model.cache, &request.value, &rc, &route)
+        CacheUse::decide_message(&model.cache, request.value(&body), &rc, &route)
     });
     if let Some(hit) = match &cache {
         Some(c) => c.lookup(env, rc.started_ms).await,
@@ -163,7 +165,8 @@ fn not_found(model: &str) -> ApiError {
     ApiError::new(404, "invalid_request_error", codes::MODEL_NOT_FOUND, format!("model: {model}")).with_param("model")
 }
 
-/// What the door reads from a Messages body; the body itself is kept as bytes.
+/// What the door reads from a Messages body; the body itself is kept as bytes, and made a `Value`
+/// only where one is needed (the cache's key, a translation to another vendor's format).
 #[derive(Debug, Clone, PartialEq)]
 pub struct MessagesRequest {
     pub model: String,
@@ -176,66 +179,54 @@ pub struct MessagesRequest {
     pub session: Option<String>,
     /// `metadata.user_id` as sent: Anthropic's end-user id, the usage event's `end_user`.
     pub user_id: Option<String>,
-    pub value: Value,
+    value: OnceCell<Value>,
 }
 
 impl MessagesRequest {
     pub fn parse(body: &[u8], call: MessagesCall) -> Result<MessagesRequest, ApiError> {
-        let value: Value = serde_json::from_slice(body).map_err(|e| {
+        let facts = MessagesBody::parse(body).map_err(|e| {
             ApiError::invalid_request(codes::INVALID_JSON, format!("The request body is not valid JSON: {e}"))
         })?;
-        let Some(obj) = value.as_object() else {
+        if !facts.object {
             return Err(ApiError::invalid_request(codes::INVALID_TYPE, "The request body must be a JSON object."));
-        };
-        let model = match obj.get("model") {
-            Some(Value::String(m)) if !m.is_empty() => m.clone(),
+        }
+        let model = match &facts.model {
+            Some(m) if !m.is_empty() => m.clone(),
             _ => return Err(required("model", "a non-empty string")),
         };
-        let Some(messages) = obj.get("messages").and_then(Value::as_array) else {
+        let Some(messages) = facts.messages else {
             return Err(required("messages", "an array"));
         };
-        let max_output = match (call, obj.get("max_tokens")) {
+        let max_output = match (call, facts.max_tokens) {
             (MessagesCall::CountTokens, _) => Some(0),
-            (MessagesCall::Create, Some(v)) => Some(v.as_u64().ok_or_else(|| required("max_tokens", "an integer"))?),
+            (MessagesCall::Create, Some(v)) => Some(v.ok_or_else(|| required("max_tokens", "an integer"))?),
             (MessagesCall::Create, None) => return Err(required("max_tokens", "an integer")),
         };
-        let stream = call == MessagesCall::Create && obj.get("stream").and_then(Value::as_bool).unwrap_or(false);
-        let text_chars = ["system", "messages", "tools"].iter().filter_map(|k| obj.get(*k)).map(text_chars).sum();
-        let needs = Needs {
-            tools: obj.get("tools").and_then(Value::as_array).is_some_and(|t| !t.is_empty()),
-            json_mode: false,
-            vision: messages.iter().any(has_image),
-            context_tokens: 0,
-        };
-        let user_id = obj.get("metadata").and_then(|m| m.get("user_id")).and_then(Value::as_str);
-        let session = user_id.and_then(session_of_user_id);
-        let user_id = user_id.filter(|u| !u.is_empty()).map(str::to_string);
-        let messages = messages.len();
-        Ok(MessagesRequest { model, stream, max_output, text_chars, messages, needs, session, user_id, value })
+        let stream = call == MessagesCall::Create && facts.stream.unwrap_or(false);
+        let needs = Needs { tools: facts.has_tools(), json_mode: false, vision: facts.has_image(), context_tokens: 0 };
+        let session = facts.user_id.as_deref().and_then(session_of_user_id);
+        Ok(MessagesRequest {
+            model,
+            stream,
+            max_output,
+            text_chars: facts.text_chars(),
+            messages: messages.len.unwrap_or(0),
+            needs,
+            session,
+            user_id: facts.user_id.filter(|u| !u.is_empty()),
+            value: OnceCell::new(),
+        })
+    }
+
+    /// The body as a `Value`, parsed on first use (`parse` has checked it is a JSON object).
+    pub fn value(&self, body: &[u8]) -> &Value {
+        self.value.get_or_init(|| serde_json::from_slice(body).unwrap_or(Value::Null))
     }
 }
 
 fn required(field: &str, kind: &str) -> ApiError {
     ApiError::invalid_request(codes::INVALID_REQUEST, format!("{field}: Field required (must be {kind})"))
         .with_param(field)
-}
-
-/// Characters of every string in a value (text, tool inputs, schemas): what the estimate counts.
-fn text_chars(v: &Value) -> usize {
-    match v {
-        Value::String(s) => s.chars().count(),
-        Value::Array(items) => items.iter().map(text_chars).sum(),
-        Value::Object(map) => map.iter().map(|(k, v)| if k == "data" { 0 } else { text_chars(v) }).sum(),
-        _ => 0,
-    }
-}
-
-fn has_image(message: &Value) -> bool {
-    message["content"].as_array().is_some_and(|blocks| {
-        blocks.iter().any(|b| {
-            b["type"] == "image" || b["content"].as_array().is_some_and(|c| c.iter().any(|i| i["type"] == "image"))
-        })
-    })
 }
 
 /// Claude Code's `metadata.user_id` is a JSON string holding `session_id`; anything else is used
@@ -262,7 +253,7 @@ impl VendorStep for MessagesStep<'_> {
         match (deployment.provider, self.call) {
             (ProviderKind::Anthropic, call) => passthrough::build(deployment, body, credential, &self.client, call),
             (ProviderKind::Openai, MessagesCall::Create) => {
-                messages_openai::build(deployment, &self.request.value, credential)
+                messages_openai::build(deployment, self.request.value(body), credential)
             }
             (ProviderKind::Openai, MessagesCall::CountTokens) => Err(ApiError::invalid_request(
                 codes::UNSUPPORTED_ENDPOINT,

@@ -6,6 +6,7 @@ pub mod chat;
 pub mod embeddings;
 pub mod health;
 pub mod messages;
+mod messages_body;
 pub mod models;
 pub mod responses;
 pub mod route;

@@ -1,5 +1,6 @@
 //! Anthropic Messages API: requests translated from the canonical form, responses and streams back.
 
+mod event_view;
 pub mod passthrough;
 mod request;
 mod response;

@@ -4,38 +4,11 @@
 //! of built into a `Value` tree. perf: building and dropping the tree (a map per object, a string
 //! per value) was about a third of the wasm samples per streamed chunk.
 
+use crate::canonical::usage_counts::OpenaiCounts;
+use crate::support::json_view::{not_an_object, numbers_are, text_is};
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
-use serde_json::Value;
 use std::fmt;
-
-/// The scalar visits of a visitor that treats every scalar alike (null, booleans, numbers,
-/// strings) as `$out`.
-macro_rules! scalars {
-    ($out:expr) => {
-        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-            Ok($out)
-        }
-        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
-            Ok($out)
-        }
-        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-            Ok($out)
-        }
-        fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-            Ok($out)
-        }
-        fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-            Ok($out)
-        }
-        fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-            Ok($out)
-        }
-        fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
-            Ok($out)
-        }
-    };
-}
 
 /// A chunk as the relay sees it; only a JSON object is one.
 #[derive(Debug, Default, PartialEq)]
@@ -44,8 +17,8 @@ pub struct ChunkView {
     pub choices: Option<Vec<ChoiceView>>,
     /// An `error` member that is not null.
     pub error: bool,
-    /// A `usage` member that is not null.
-    pub usage: Option<Value>,
+    /// A `usage` member that is not null, read for its counts.
+    pub usage: Option<OpenaiCounts>,
 }
 
 /// One choice: whether it finished, and whether it is only a preamble (role or empty fields).
@@ -77,7 +50,7 @@ impl<'de> Visitor<'de> for ChunkVisitor {
             match key {
                 Name::Choices => view.choices = map.next_value::<Choices>()?.0,
                 Name::Error => view.error = map.next_value::<NonNull>()?.0,
-                Name::Usage => view.usage = map.next_value::<Option<Value>>()?,
+                Name::Usage => view.usage = map.next_value::<Option<OpenaiCounts>>()?,
                 _ => {
                     map.next_value::<IgnoredAny>()?;
                 }
@@ -153,7 +126,17 @@ impl<'de> Deserialize<'de> for Choices {
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Choices, A::Error> {
                 IgnoredAny.visit_map(map).map(|_| Choices(None))
             }
-            scalars!(Choices(None));
+            numbers_are!(Choices(None));
+            text_is!(Choices(None));
+            fn visit_unit<E: de::Error>(self) -> Result<Choices, E> {
+                Ok(Choices(None))
+            }
+            fn visit_none<E: de::Error>(self) -> Result<Choices, E> {
+                Ok(Choices(None))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Choices, E> {
+                Ok(Choices(None))
+            }
         }
         d.deserialize_any(V)
     }
@@ -180,10 +163,7 @@ impl<'de> Deserialize<'de> for ChoiceView {
                 }
                 Ok(ChoiceView { finished: finish, preamble: !finish && delta_empty })
             }
-            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<ChoiceView, A::Error> {
-                IgnoredAny.visit_seq(seq).map(|_| NOT_AN_OBJECT)
-            }
-            scalars!(NOT_AN_OBJECT);
+            not_an_object!(NOT_AN_OBJECT);
         }
         d.deserialize_any(V)
     }
@@ -212,10 +192,7 @@ impl<'de> Deserialize<'de> for Delta {
                 }
                 Ok(Delta(empty))
             }
-            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Delta, A::Error> {
-                IgnoredAny.visit_seq(seq).map(|_| Delta(true))
-            }
-            scalars!(Delta(true));
+            not_an_object!(Delta(true));
         }
         d.deserialize_any(V)
     }

@@ -5,6 +5,7 @@ use super::chunk_view::ChunkView;
 use super::splice::splice_model;
 use super::{classify, endpoint, headers, read_json, ChatResult, StreamEnd, UpstreamCall, UpstreamError};
 use crate::canonical::usage::Usage;
+use crate::canonical::usage_counts::OpenaiCounts;
 use crate::canonical::{ChatRequest, Content};
 use crate::config::routes::{Deployment, MaxTokensField, ProviderKind};
 use crate::http::codes;
@@ -125,7 +126,7 @@ struct AnswerShape {
     #[serde(default)]
     choices: Option<Vec<IgnoredAny>>,
     #[serde(default)]
-    usage: Option<Value>,
+    usage: Option<OpenaiCounts>,
     #[serde(default)]
     error: Option<IgnoredAny>,
 }
@@ -138,7 +139,7 @@ pub(super) fn translate_chat_response(body: &[u8]) -> Result<ChatResult, Upstrea
         Some(c) if c.is_empty() => return Err(UpstreamError::empty_response(200, "the upstream returned no choices")),
         Some(_) => {}
     }
-    let usage = shape.usage.as_ref().and_then(Usage::from_openai);
+    let usage = shape.usage.and_then(Usage::from_openai_counts);
     Ok(ChatResult { body: String::from_utf8_lossy(body).into_owned(), usage })
 }
 
@@ -189,7 +190,7 @@ impl OpenaiStream {
         if chunk.error && chunk.choices.is_none() {
             return Err(classify(ProviderKind::Openai, 0, None, ev.data.as_bytes()));
         }
-        if let Some(u) = chunk.usage.as_ref().and_then(Usage::from_openai) {
+        if let Some(u) = chunk.usage.and_then(Usage::from_openai_counts) {
             self.usage = Some(u);
         }
         let choices = chunk.choices.as_deref().unwrap_or_default();

@@ -7,15 +7,16 @@
 //! Answers come back as the vendor sent them: the JSON body unchanged, every SSE event relayed
 //! verbatim, while the usage is read from `message_start` / `message_delta` (or the body).
 
+use super::event_view::{EventView, Kind};
 use super::DEFAULT_VERSION;
 use crate::canonical::usage::{AnthropicStreamUsage, Usage};
+use crate::canonical::usage_counts::{AnthropicCounts, UsageOf};
 use crate::config::routes::{Deployment, ProviderKind};
 use crate::http::codes;
 use crate::http::error::ApiError;
 use crate::http::sse::SseParser;
 use crate::providers::splice::{splice_model_within, Ceiling};
 use crate::providers::{classify, endpoint, headers, read_json, StreamEnd, UpstreamCall, UpstreamError};
-use serde_json::Value;
 
 /// What of the client's request travels upstream as sent: the Anthropic headers and the query
 /// string (`beta=true`, which the SDKs' beta namespace adds).
@@ -65,8 +66,8 @@ pub fn build(
 
 /// A JSON answer: the body as the vendor sent it, and its usage (none for count_tokens).
 pub fn read_answer(body: &[u8]) -> Result<(String, Option<Usage>), UpstreamError> {
-    let value = read_json::<Value>(body)?;
-    let usage = value.get("usage").and_then(Usage::from_anthropic);
+    let UsageOf(counts) = read_json::<UsageOf<AnthropicCounts>>(body)?;
+    let usage = Usage::from_anthropic_counts(counts);
     let text = String::from_utf8(body.to_vec()).map_err(|_| UpstreamError::malformed(200, "the body is not UTF-8"))?;
     Ok((text, usage))
 }
@@ -106,20 +107,17 @@ impl PassthroughStream {
             self.held.extend_from_slice(chunk);
         }
         while let Some(ev) = self.parser.next_event() {
-            let Ok(data) = crate::support::lone_surrogates::parse::<Value>(&ev.data, "anthropic stream event") else {
+            let Ok(data) = crate::support::lone_surrogates::parse::<EventView>(&ev.data, "anthropic stream event")
+            else {
                 continue;
             };
-            let kind = data.get("type").and_then(Value::as_str).or(ev.event.as_deref()).unwrap_or("");
+            let kind = data.kind.or_else(|| ev.event.as_deref().map(Kind::of)).unwrap_or(Kind::Other);
             match kind {
-                "message_start" => self.usage.start(&data["message"]["usage"]),
-                "message_delta" => self.usage.delta(&data["usage"]),
-                "content_block_delta" => {
-                    let delta = &data["delta"];
-                    let generated = ["text", "partial_json", "thinking"].iter().find_map(|k| delta[*k].as_str());
-                    self.usage.delivered(generated.unwrap_or(""));
-                }
-                "message_stop" => self.done = true,
-                "error" => {
+                Kind::MessageStart => self.usage.start(data.message_usage),
+                Kind::MessageDelta => self.usage.delta(data.usage),
+                Kind::ContentBlockDelta => self.usage.delivered_chars(data.delivered_chars()),
+                Kind::MessageStop => self.done = true,
+                Kind::Error => {
                     let err = classify(ProviderKind::Anthropic, 0, None, ev.data.as_bytes());
                     if self.started {
                         self.vendor_error_relayed = true;
@@ -128,7 +126,7 @@ impl PassthroughStream {
                 }
                 _ => {}
             }
-            if !self.started && !matches!(kind, "message_start" | "ping") {
+            if !self.started && !matches!(kind, Kind::MessageStart | Kind::Ping) {
                 self.started = true;
                 let held = std::mem::take(&mut self.held);
                 self.relay(&held, out);

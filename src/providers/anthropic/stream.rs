@@ -3,6 +3,7 @@
 use super::finish_reason;
 use crate::canonical::completion::{Chunk, ChunkChoice, Delta, FunctionDelta, ToolDelta, ToolFunction, CHUNK_OBJECT};
 use crate::canonical::usage::{AnthropicStreamUsage, OpenaiUsage, Usage};
+use crate::canonical::usage_counts::AnthropicCounts;
 use crate::config::routes::ProviderKind;
 use crate::http::sse::{write_data, SseEvent};
 use crate::providers::{classify, UpstreamError};
@@ -58,7 +59,7 @@ impl AnthropicStream {
                 let msg = &data["message"];
                 self.id = msg["id"].as_str().unwrap_or_default().to_string();
                 self.model = msg["model"].as_str().unwrap_or_default().to_string();
-                self.usage.start(&msg["usage"]);
+                self.usage.start(AnthropicCounts::of(&msg["usage"]));
             }
             "content_block_start" => {
                 let block = &data["content_block"];
@@ -104,7 +105,7 @@ impl AnthropicStream {
                 }
             }
             "message_delta" => {
-                self.usage.delta(&data["usage"]);
+                self.usage.delta(AnthropicCounts::of(&data["usage"]));
                 if let Some(stop) = data["delta"]["stop_reason"].as_str() {
                     self.emit(out, Delta::default(), Some(finish_reason(stop)));
                 }

@@ -1,5 +1,6 @@
 use super::*;
 use serde_json::json;
+use serde_json::Value;
 
 /// What the relay read before, from a whole `Value`: the reference the view must agree with.
 fn reference(text: &str) -> Option<ChunkView> {
@@ -21,7 +22,7 @@ fn reference(text: &str) -> Option<ChunkView> {
     Some(ChunkView {
         choices,
         error: chunk.get("error").is_some_and(|e| !e.is_null()),
-        usage: chunk.get("usage").filter(|u| !u.is_null()).cloned(),
+        usage: chunk.get("usage").filter(|u| !u.is_null()).map(|u| OpenaiCounts::deserialize(u).unwrap()),
     })
 }
 

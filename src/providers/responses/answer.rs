@@ -3,7 +3,9 @@
 //! item, `finish_reason: "length"` as `status: "incomplete"`, and usage in the Responses shape.
 
 use crate::canonical::usage::Usage;
+use crate::canonical::usage_counts::ResponsesCounts;
 use crate::providers::UpstreamError;
+use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 /// The request fields a response object echoes, with OpenAI's defaults when absent.
@@ -49,19 +51,23 @@ pub fn usage_json(u: &Usage) -> Value {
 
 /// Reads a Responses `usage` object; `None` if it carries no token counts.
 pub fn usage_of(usage: &Value) -> Option<Usage> {
-    let input = usage.get("input_tokens").and_then(Value::as_u64);
-    let output = usage.get("output_tokens").and_then(Value::as_u64);
+    ResponsesCounts::deserialize(usage).ok().and_then(usage_of_counts)
+}
+
+/// The usage a Responses `usage` object's counts make; `None` without input or output counts.
+pub fn usage_of_counts(counts: ResponsesCounts) -> Option<Usage> {
+    let (input, output) = (counts.input_tokens(), counts.output_tokens());
     if input.is_none() && output.is_none() {
         return None;
     }
     let input = input.unwrap_or(0);
-    let cached = usage.pointer("/input_tokens_details/cached_tokens").and_then(Value::as_u64).unwrap_or(0).min(input);
+    let cached = counts.cached_tokens().unwrap_or(0).min(input);
     Some(Usage {
         input: input - cached,
         output: output.unwrap_or(0),
         cached_read: cached,
         cache_write: 0,
-        reasoning: usage.pointer("/output_tokens_details/reasoning_tokens").and_then(Value::as_u64).unwrap_or(0),
+        reasoning: counts.reasoning_tokens().unwrap_or(0),
         cache_write_1h: 0,
     })
 }

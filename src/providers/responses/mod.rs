@@ -8,6 +8,7 @@
 pub mod answer;
 pub mod request;
 pub mod stream;
+mod view;
 
 use super::splice::{splice_model_within, Ceiling};
 use super::{endpoint, headers, read_json, UpstreamCall, UpstreamError};
@@ -44,11 +45,11 @@ pub fn translate_input_tokens(body: &[u8]) -> Result<String, UpstreamError> {
 
 /// A vendor's Responses JSON body, passed through as is, with its usage.
 pub fn translate_passthrough(body: &[u8]) -> Result<(String, Option<Usage>), UpstreamError> {
-    let value = read_json::<serde_json::Value>(body)?;
-    if value.get("object").and_then(|o| o.as_str()) != Some("response") {
+    let view = read_json::<view::AnswerView>(body)?;
+    if !view.is_response {
         return Err(UpstreamError::malformed(200, "the upstream answer is not a Responses API response object"));
     }
-    let usage = value.get("usage").and_then(answer::usage_of);
+    let usage = answer::usage_of_counts(view.usage);
     let text = String::from_utf8(body.to_vec())
         .map_err(|_| UpstreamError::malformed(200, "the upstream returned a body that is not UTF-8"))?;
     Ok((text, usage))

@@ -3,6 +3,7 @@
 //! gateway's translation of an Anthropic stream).
 
 use super::answer::{self, function_call_item, message_item, output_text};
+use super::view::{EventView, Kind};
 use crate::canonical::usage::Usage;
 use crate::http::error::ApiError;
 use crate::http::sse::SseParser;
@@ -35,17 +36,10 @@ fn vendor_error(data: &Value) -> UpstreamError {
     e
 }
 
-/// Events that carry no output yet: held back until the first one that does, so a failure
-/// before any output can still fall back.
-fn is_preamble(kind: &str) -> bool {
-    matches!(
-        kind,
-        "response.created"
-            | "response.in_progress"
-            | "response.queued"
-            | "response.output_item.added"
-            | "response.content_part.added"
-    )
+/// A vendor's error event whole, for its message and code (an error is rare: only then is an
+/// event built into a `Value`).
+fn whole(data: &str) -> Value {
+    crate::support::lone_surrogates::parse::<Value>(data, "responses stream event").unwrap_or(Value::Null)
 }
 
 /// A Responses stream relayed byte for byte.
@@ -82,32 +76,32 @@ impl PassThrough {
         self.held.extend_from_slice(chunk);
         let mut failure = None;
         while let Some(ev) = self.parser.next_event() {
-            let Ok(data) = crate::support::lone_surrogates::parse::<Value>(&ev.data, "responses stream event") else {
-                continue;
-            };
-            let kind = data.get("type").and_then(Value::as_str).or(ev.event.as_deref()).unwrap_or("").to_string();
-            if let Some(n) = data.get("sequence_number").and_then(Value::as_u64) {
+            let parsed = crate::support::lone_surrogates::parse::<EventView>(&ev.data, "responses stream event");
+            let Ok(data) = parsed else { continue };
+            let kind = data.kind.or_else(|| ev.event.as_deref().map(Kind::of)).unwrap_or(Kind::Other);
+            if let Some(n) = data.sequence_number {
                 self.last_sequence = Some(n);
             }
-            match kind.as_str() {
-                "error" => {
-                    failure = Some(vendor_error(&data));
+            match kind {
+                Kind::Error => {
+                    failure = Some(vendor_error(&whole(&ev.data)));
                     break;
                 }
-                "response.completed" | "response.incomplete" => {
-                    self.usage = data.pointer("/response/usage").and_then(answer::usage_of).or(self.usage);
+                Kind::Ended => {
+                    self.usage = answer::usage_of_counts(data.usage).or(self.usage);
                     self.done = true;
                     self.emitted = true;
                 }
                 // A terminal failure: relayed if the client has output, reported either way.
-                "response.failed" => {
-                    self.usage = data.pointer("/response/usage").and_then(answer::usage_of).or(self.usage);
+                Kind::Failed => {
+                    self.usage = answer::usage_of_counts(data.usage).or(self.usage);
+                    let data = whole(&ev.data);
                     let error = data.pointer("/response/error").filter(|e| !e.is_null()).unwrap_or(&Value::Null);
                     failure = Some(vendor_error(error));
                     break;
                 }
-                k if !is_preamble(k) => self.emitted = true,
-                _ => {}
+                Kind::Other => self.emitted = true,
+                Kind::Preamble => {}
             }
         }
         if let Some(err) = failure {
@@ -125,12 +119,9 @@ impl PassThrough {
 
     pub fn finish(&mut self, out: &mut Vec<u8>) -> StreamEnd {
         if let Some(ev) = self.parser.finish() {
-            if let Ok(data) = crate::support::lone_surrogates::parse::<Value>(&ev.data, "responses stream event") {
-                if matches!(
-                    data.get("type").and_then(Value::as_str),
-                    Some("response.completed" | "response.incomplete")
-                ) {
-                    self.usage = data.pointer("/response/usage").and_then(answer::usage_of).or(self.usage);
+            if let Ok(data) = crate::support::lone_surrogates::parse::<EventView>(&ev.data, "responses stream event") {
+                if data.kind == Some(Kind::Ended) {
+                    self.usage = answer::usage_of_counts(data.usage).or(self.usage);
                     self.done = true;
                 }
             }
