@@ -32,6 +32,7 @@ TARGETS = {
     "mf_direct_messages": ("mock", "direct to the mock vendor's /v1/messages"),
     "mf_relay": ("miniflare", "relay worker (JS: parse, splice the model, fetch, read the answer's usage, answer with headers)"),
     "mf_gateway_messages": ("miniflare", "gateway /v1/messages, passed through to an Anthropic deployment"),
+    "mf_gateway_agent": ("miniflare", "gateway /v1/messages, a coding agent's 34 kB body, passed through to an Anthropic deployment"),
     "mf_direct_responses": ("mock", "direct to the mock vendor's /v1/responses"),
     "mf_gateway_responses": ("miniflare", "gateway /v1/responses, passed through to an OpenAI deployment"),
     "mf_passthrough_stream": ("miniflare", "passthrough worker, a stream (the mock's slow stream)"),
@@ -54,6 +55,9 @@ for _round in range(1, 10):
     TARGETS[f"mf_rust_lean_r{_round}"] = ("miniflare", f"relay worker in Rust, lean (round {_round})")
     TARGETS[f"mf_gateway_stream_r{_round}"] = ("miniflare", f"gateway, a stream (BENCH_COMPARE: this build, round {_round})")
     TARGETS[f"mf_compare_stream_r{_round}"] = ("miniflare", f"gateway, a stream (BENCH_COMPARE: the other build, round {_round})")
+    for _door in ("messages", "responses", "agent"):
+        TARGETS[f"mf_gateway_{_door}_r{_round}"] = ("miniflare", f"gateway /v1/{_door} (BENCH_COMPARE_DOORS: this build, round {_round})")
+        TARGETS[f"mf_compare_{_door}_r{_round}"] = ("miniflare", f"gateway /v1/{_door} (BENCH_COMPARE_DOORS: the other build, round {_round})")
 HARNESS = {"mock": "—", "floor": "wrangler dev", "gateway": "wrangler dev", "floor_ni": "wrangler dev, inspector detached ²",
            "gateway_ni": "wrangler dev, inspector detached ²", "miniflare": "Miniflare", "workerd": "workerd serve"}
 WRANGLER_SESSIONS = ("gateway", "floor", "gateway_ni", "floor_ni")
@@ -358,8 +362,8 @@ def render(results):
         p("")
         p(f"| target | CPU ms/req | − passthrough | c={conns} req/s | ÷ passthrough | c=1 p50 (ms) | − passthrough |")
         p("|---|---:|---:|---:|---:|---:|---:|")
-        for name in ("mf_passthrough", "mf_relay", "mf_rust_plain", "mf_rust_lean", "mf_gateway", "mf_gateway_limited", "mf_gateway_messages", "mf_gateway_responses",
-                     "mf_gateway_noconsumer", "mf_gateway_nolog_noqueue"):
+        for name in ("mf_passthrough", "mf_relay", "mf_rust_plain", "mf_rust_lean", "mf_gateway", "mf_gateway_limited", "mf_gateway_messages", "mf_gateway_agent",
+                     "mf_gateway_responses", "mf_gateway_noconsumer", "mf_gateway_nolog_noqueue"):
             w, c = W.get(name), cpu_of(name)
             if not (w and w.get(1) and w.get(conns) and c):
                 continue
