@@ -208,13 +208,13 @@ impl<'de> Visitor<'de> for CountsVisitor {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
     use crate::canonical::usage::Usage;
     use serde_json::Value;
 
     /// What `Usage::from_openai` read from a whole `Value` before: the reference the counts must agree with.
-    pub(crate) fn reference(usage: &Value) -> Option<Usage> {
+    fn reference(usage: &Value) -> Option<Usage> {
         let obj = usage.as_object()?;
         let prompt = obj.get("prompt_tokens").and_then(Value::as_u64);
         let completion = obj.get("completion_tokens").and_then(Value::as_u64);
