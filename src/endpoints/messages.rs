@@ -218,7 +218,8 @@ impl MessagesRequest {
         })
     }
 
-    /// The body as a `Value`, parsed on first use (`parse` has checked it is a JSON object).
+    /// The body as a `Value`, parsed on first use; `body` is the one `parse` read (the door hands the
+    /// same bytes to the pipeline), so it is a JSON object and `Null` is never what comes back.
     pub fn value(&self, body: &[u8]) -> &Value {
         self.value.get_or_init(|| serde_json::from_slice(body).unwrap_or(Value::Null))
     }

@@ -5,10 +5,37 @@
 //! per value) was about a third of the wasm samples per streamed chunk.
 
 use crate::canonical::usage_counts::OpenaiCounts;
-use crate::support::json_view::{not_an_object, numbers_are, text_is};
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use std::fmt;
+
+/// The scalar visits of a visitor that treats every scalar alike (null, booleans, numbers,
+/// strings) as `$out`.
+macro_rules! scalars {
+    ($out:expr) => {
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok($out)
+        }
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok($out)
+        }
+        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+            Ok($out)
+        }
+        fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+            Ok($out)
+        }
+        fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+            Ok($out)
+        }
+        fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+            Ok($out)
+        }
+        fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+            Ok($out)
+        }
+    };
+}
 
 /// A chunk as the relay sees it; only a JSON object is one.
 #[derive(Debug, Default, PartialEq)]
@@ -126,17 +153,7 @@ impl<'de> Deserialize<'de> for Choices {
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Choices, A::Error> {
                 IgnoredAny.visit_map(map).map(|_| Choices(None))
             }
-            numbers_are!(Choices(None));
-            text_is!(Choices(None));
-            fn visit_unit<E: de::Error>(self) -> Result<Choices, E> {
-                Ok(Choices(None))
-            }
-            fn visit_none<E: de::Error>(self) -> Result<Choices, E> {
-                Ok(Choices(None))
-            }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Choices, E> {
-                Ok(Choices(None))
-            }
+            scalars!(Choices(None));
         }
         d.deserialize_any(V)
     }
@@ -163,7 +180,10 @@ impl<'de> Deserialize<'de> for ChoiceView {
                 }
                 Ok(ChoiceView { finished: finish, preamble: !finish && delta_empty })
             }
-            not_an_object!(NOT_AN_OBJECT);
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<ChoiceView, A::Error> {
+                IgnoredAny.visit_seq(seq).map(|_| NOT_AN_OBJECT)
+            }
+            scalars!(NOT_AN_OBJECT);
         }
         d.deserialize_any(V)
     }
@@ -192,7 +212,10 @@ impl<'de> Deserialize<'de> for Delta {
                 }
                 Ok(Delta(empty))
             }
-            not_an_object!(Delta(true));
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Delta, A::Error> {
+                IgnoredAny.visit_seq(seq).map(|_| Delta(true))
+            }
+            scalars!(Delta(true));
         }
         d.deserialize_any(V)
     }

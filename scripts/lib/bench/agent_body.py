@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A Messages request shaped like a coding agent's (Claude Code's): a long system prompt in two
 cached blocks, fifteen tools with JSON schemas, and a twenty-turn history of text, tool calls and
-tool results (no thinking: the mock checks thinking signatures). Deterministic, about 36 kB.
+tool results (no thinking: the mock checks thinking signatures). Deterministic, about 34 kB.
 
 usage: agent_body.py MODEL
 """

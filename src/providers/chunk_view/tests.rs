@@ -122,3 +122,14 @@ fn combinations_read_as_before() {
     }
     assert_eq!(checked, 9 * 9 * 9 * 9 * 3);
 }
+
+#[test]
+fn what_the_view_does_not_read_is_only_scanned_as_before() {
+    // A choice or delta that is not an object is skipped unread: a number out of range or nesting
+    // past the parser's limit inside one does not cost the chunk.
+    let deep = format!("{{\"choices\":[{}{}]}}", "[".repeat(200), "]".repeat(200));
+    for text in [r#"{"choices":[[1e400]]}"#, r#"{"choices":[{"delta":[1e400],"finish_reason":"stop"}]}"#, &deep] {
+        assert!(view(text).is_some(), "{text}");
+    }
+    assert!(view(r#"{"choices":[{"delta":[1e400],"finish_reason":"stop"}]}"#).unwrap().choices.unwrap()[0].finished);
+}
