@@ -75,9 +75,15 @@ pub async fn create(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context)
     let stream = req.get("stream") == Some(&Value::Bool(true));
     let requested = req.get("model").and_then(Value::as_str).unwrap_or_default().to_string();
     let logical = rc.task.clone().unwrap_or(requested);
-    // The chat form is needed only if a chat deployment is tried; its error waits until then.
-    let plan = request::to_chat(&req);
-    let mut chat = plan.as_ref().map_err(Clone::clone).and_then(|p| ChatRequest::from_json(p.chat.clone()));
+    // The chat form is needed only if a chat deployment is tried (its error waits until then); it
+    // is moved into the typed request, not copied: an agent's is tens of kB.
+    let (mut chat, warning) = match request::to_chat(&req) {
+        Ok(plan) => {
+            let warning = plan.warning();
+            (ChatRequest::from_json(plan.chat), warning)
+        }
+        Err(e) => (Err(e), None),
+    };
     let table = route::table(env, &rc).await?;
     let model = route::model(&table, &rc, &logical)?;
     // Codex's `prompt_cache_key` is its session id: the session keeps one deployment while healthy.
@@ -115,7 +121,6 @@ pub async fn create(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context)
     };
     let step = ResponsesStep { chat: chat.as_ref(), template: answer::template(&req) };
     let mut response = run::run(trip, &step, env, ctx).await?;
-    let warning = plan.ok().and_then(|p| p.warning());
     let served = response.sent_header("x-gateway-deployment");
     let translated = served.and_then(|id| table.deployments.get(id)).is_some_and(|d| !d.accepts(Api::Responses));
     if let (Some(warning), true) = (warning, translated) {
