@@ -9,7 +9,9 @@
 //! (the last of a repeated name counts), except that a repeated member inside the messages,
 //! system or tools counts twice in the characters, where a `Value` keeps the last.
 
-use crate::support::json_view::{Count, Flag, MemberOf, Skip, Text};
+use crate::support::json_view::{
+    members, not_an_object, numbers_are, unit_bool_are, Count, Flag, MemberOf, NameIn, Skip, Text,
+};
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use std::fmt;
@@ -67,68 +69,26 @@ impl<'de> Deserialize<'de> for MessagesBody {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<MessagesBody, A::Error> {
                 let mut body = MessagesBody { object: true, ..MessagesBody::default() };
-                while let Some(member) = map.next_key_seed(Member)? {
-                    match member {
-                        Some(0) => body.model = map.next_value::<Text>()?.0,
-                        Some(1) => {
+                // Other members are read as a `Value` parse reads them, so what it refuses is refused here.
+                members(&mut map, &MEMBERS, |i, map| {
+                    match i {
+                        0 => body.model = map.next_value::<Text>()?.0,
+                        1 => {
                             body.messages = Some(map.next_value_seed(Walk(Role::Messages))?).filter(|w| w.len.is_some())
                         }
-                        Some(2) => body.max_tokens = Some(map.next_value::<Count>()?.0),
-                        Some(3) => body.stream = map.next_value::<Flag>()?.0,
-                        Some(4) => body.system = Some(map.next_value_seed(Walk(Role::Plain))?),
-                        Some(5) => body.tools = Some(map.next_value_seed(Walk(Role::Plain))?),
-                        Some(_) => body.user_id = map.next_value_seed(MemberOf::<Text>::new(&["user_id"]))?.0,
-                        // Read as a `Value` parse reads it, so what it refuses is refused here.
-                        None => {
-                            map.next_value::<Skip>()?;
-                        }
+                        2 => body.max_tokens = Some(map.next_value::<Count>()?.0),
+                        3 => body.stream = map.next_value::<Flag>()?.0,
+                        4 => body.system = Some(map.next_value_seed(Walk(Role::Plain))?),
+                        5 => body.tools = Some(map.next_value_seed(Walk(Role::Plain))?),
+                        _ => body.user_id = map.next_value_seed(MemberOf::<Text>::new(&["user_id"]))?.0,
                     }
-                }
+                    Ok(())
+                })?;
                 Ok(body)
             }
-            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<MessagesBody, A::Error> {
-                Walk(Role::Plain).visit_seq(seq).map(|_| MessagesBody::default())
-            }
-            fn visit_str<E: de::Error>(self, _: &str) -> Result<MessagesBody, E> {
-                Ok(MessagesBody::default())
-            }
-            fn visit_i64<E: de::Error>(self, _: i64) -> Result<MessagesBody, E> {
-                Ok(MessagesBody::default())
-            }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<MessagesBody, E> {
-                Ok(MessagesBody::default())
-            }
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<MessagesBody, E> {
-                Ok(MessagesBody::default())
-            }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<MessagesBody, E> {
-                Ok(MessagesBody::default())
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<MessagesBody, E> {
-                Ok(MessagesBody::default())
-            }
+            not_an_object!(MessagesBody::default());
         }
         d.deserialize_any(V)
-    }
-}
-
-/// A top-level member's index in `MEMBERS`, or `None`.
-struct Member;
-
-impl<'de> DeserializeSeed<'de> for Member {
-    type Value = Option<usize>;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<usize>, D::Error> {
-        d.deserialize_str(self)
-    }
-}
-
-impl Visitor<'_> for Member {
-    type Value = Option<usize>;
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a member name")
-    }
-    fn visit_str<E: de::Error>(self, s: &str) -> Result<Option<usize>, E> {
-        Ok(MEMBERS.iter().position(|m| *m == s))
     }
 }
 
@@ -174,35 +134,11 @@ impl Role {
     }
 }
 
-/// A member name the walk acts on.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Key {
-    Data,
-    Content,
-    Type,
-    Other,
-}
-
-impl<'de> Deserialize<'de> for Key {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = Key;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a member name")
-            }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<Key, E> {
-                Ok(match s {
-                    "data" => Key::Data,
-                    "content" => Key::Content,
-                    "type" => Key::Type,
-                    _ => Key::Other,
-                })
-            }
-        }
-        d.deserialize_str(V)
-    }
-}
+/// The member names the walk acts on: `data` (not text), `content`, `type`.
+const KEYS: [&str; 3] = ["data", "content", "type"];
+const DATA: Option<usize> = Some(0);
+const CONTENT: Option<usize> = Some(1);
+const TYPE: Option<usize> = Some(2);
 
 /// One value walked in its role.
 struct Walk(Role);
@@ -224,18 +160,18 @@ impl<'de> Visitor<'de> for Walk {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Walked, A::Error> {
         let role = self.0;
         let (mut chars, mut type_image, mut content_image) = (0, false, false);
-        while let Some(key) = map.next_key::<Key>()? {
+        while let Some(key) = map.next_key_seed(NameIn(&KEYS))? {
             match (key, role) {
-                (Key::Data, _) => {
+                (DATA, _) => {
                     map.next_value::<Skip>()?;
                 }
-                (Key::Content, Role::Message | Role::Block) => {
+                (CONTENT, Role::Message | Role::Block) => {
                     let inner = if role == Role::Message { Role::Content } else { Role::BlockContent };
                     let walked = map.next_value_seed(Walk(inner))?;
                     chars += walked.chars;
                     content_image = walked.image;
                 }
-                (Key::Type, Role::Block | Role::Item) => {
+                (TYPE, Role::Block | Role::Item) => {
                     let (n, image) = map.next_value_seed(TypeName)?;
                     chars += n;
                     type_image = image;
@@ -267,81 +203,41 @@ impl<'de> Visitor<'de> for Walk {
         Ok(Walked { chars: s.chars().count(), ..Walked::default() })
     }
 
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Walked, E> {
-        Ok(Walked::default())
-    }
-
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Walked, E> {
-        Ok(Walked::default())
-    }
-
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Walked, E> {
-        Ok(Walked::default())
-    }
-
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Walked, E> {
-        Ok(Walked::default())
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Walked, E> {
-        Ok(Walked::default())
-    }
+    numbers_are!(Walked::default());
+    unit_bool_are!(Walked::default());
 }
 
-/// A block's `type`: its characters, and whether it is `"image"`.
+/// A block's `type`: its characters, and whether it is `"image"` (any other value is walked plainly).
 struct TypeName;
 
 impl<'de> DeserializeSeed<'de> for TypeName {
     type Value = (usize, bool);
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(usize, bool), D::Error> {
-        match d.deserialize_any(TypeVisitor)? {
-            Ok(named) => Ok(named),
-            Err(walked) => Ok((walked.chars, false)),
-        }
+        d.deserialize_any(self)
     }
 }
 
-/// `Ok` for a string; any other value is walked plainly (`Err` carries what that found).
-struct TypeVisitor;
-
-impl<'de> Visitor<'de> for TypeVisitor {
-    type Value = Result<(usize, bool), Walked>;
+impl<'de> Visitor<'de> for TypeName {
+    type Value = (usize, bool);
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("any value")
     }
 
-    fn visit_str<E: de::Error>(self, s: &str) -> Result<Self::Value, E> {
-        Ok(Ok((s.chars().count(), s == "image")))
+    fn visit_str<E: de::Error>(self, s: &str) -> Result<(usize, bool), E> {
+        Ok((s.chars().count(), s == "image"))
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-        Walk(Role::Plain).visit_map(map).map(Err)
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<(usize, bool), A::Error> {
+        Walk(Role::Plain).visit_map(map).map(|w| (w.chars, false))
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
-        Walk(Role::Plain).visit_seq(seq).map(Err)
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<(usize, bool), A::Error> {
+        Walk(Role::Plain).visit_seq(seq).map(|w| (w.chars, false))
     }
 
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-        Ok(Err(Walked::default()))
-    }
-
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-        Ok(Err(Walked::default()))
-    }
-
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-        Ok(Err(Walked::default()))
-    }
-
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-        Ok(Err(Walked::default()))
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(Err(Walked::default()))
-    }
+    numbers_are!((0, false));
+    unit_bool_are!((0, false));
 }
 
 #[cfg(test)]

@@ -5,37 +5,10 @@
 //! per value) was about a third of the wasm samples per streamed chunk.
 
 use crate::canonical::usage_counts::OpenaiCounts;
+use crate::support::json_view::scalars_are;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use std::fmt;
-
-/// The scalar visits of a visitor that treats every scalar alike (null, booleans, numbers,
-/// strings) as `$out`.
-macro_rules! scalars {
-    ($out:expr) => {
-        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-            Ok($out)
-        }
-        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
-            Ok($out)
-        }
-        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-            Ok($out)
-        }
-        fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-            Ok($out)
-        }
-        fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-            Ok($out)
-        }
-        fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-            Ok($out)
-        }
-        fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
-            Ok($out)
-        }
-    };
-}
 
 /// A chunk as the relay sees it; only a JSON object is one.
 #[derive(Debug, Default, PartialEq)]
@@ -153,7 +126,7 @@ impl<'de> Deserialize<'de> for Choices {
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Choices, A::Error> {
                 IgnoredAny.visit_map(map).map(|_| Choices(None))
             }
-            scalars!(Choices(None));
+            scalars_are!(Choices(None));
         }
         d.deserialize_any(V)
     }
@@ -183,7 +156,7 @@ impl<'de> Deserialize<'de> for ChoiceView {
             fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<ChoiceView, A::Error> {
                 IgnoredAny.visit_seq(seq).map(|_| NOT_AN_OBJECT)
             }
-            scalars!(NOT_AN_OBJECT);
+            scalars_are!(NOT_AN_OBJECT);
         }
         d.deserialize_any(V)
     }
@@ -215,7 +188,7 @@ impl<'de> Deserialize<'de> for Delta {
             fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Delta, A::Error> {
                 IgnoredAny.visit_seq(seq).map(|_| Delta(true))
             }
-            scalars!(Delta(true));
+            scalars_are!(Delta(true));
         }
         d.deserialize_any(V)
     }

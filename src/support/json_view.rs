@@ -9,8 +9,8 @@ use serde::Deserialize;
 use std::fmt;
 use std::marker::PhantomData;
 
-/// The visits of a visitor for which null, booleans and arrays are `$out`.
-macro_rules! unit_bool_seq_are {
+/// The visits of a visitor for which null and booleans are `$out`.
+macro_rules! unit_bool_are {
     ($out:expr) => {
         fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
             Ok($out)
@@ -21,12 +21,19 @@ macro_rules! unit_bool_seq_are {
         fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Self::Value, E> {
             Ok($out)
         }
+    };
+}
+pub(crate) use unit_bool_are;
+
+/// The array visit of a visitor for which every array is `$out` (read as a `Value` parse reads it).
+macro_rules! seq_is {
+    ($out:expr) => {
         fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
             serde::de::Visitor::visit_seq($crate::support::json_view::Skip, seq).map(|_| $out)
         }
     };
 }
-pub(crate) use unit_bool_seq_are;
+pub(crate) use seq_is;
 
 /// The number visits of a visitor for which every number is `$out`.
 macro_rules! numbers_are {
@@ -63,12 +70,21 @@ macro_rules! object_is {
     };
 }
 
-/// The visits of a visitor for which every value but an object is `$out`.
-macro_rules! not_an_object {
+/// The visits of a visitor for which every scalar (null, booleans, numbers, strings) is `$out`.
+macro_rules! scalars_are {
     ($out:expr) => {
         $crate::support::json_view::numbers_are!($out);
         $crate::support::json_view::text_is!($out);
-        $crate::support::json_view::unit_bool_seq_are!($out);
+        $crate::support::json_view::unit_bool_are!($out);
+    };
+}
+pub(crate) use scalars_are;
+
+/// The visits of a visitor for which every value but an object is `$out`.
+macro_rules! not_an_object {
+    ($out:expr) => {
+        $crate::support::json_view::scalars_are!($out);
+        $crate::support::json_view::seq_is!($out);
     };
 }
 pub(crate) use not_an_object;
@@ -101,18 +117,7 @@ impl<'de> Visitor<'de> for Skip {
         Ok(Skip)
     }
 
-    numbers_are!(Skip);
-    text_is!(Skip);
-
-    fn visit_unit<E: de::Error>(self) -> Result<Skip, E> {
-        Ok(Skip)
-    }
-    fn visit_none<E: de::Error>(self) -> Result<Skip, E> {
-        Ok(Skip)
-    }
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Skip, E> {
-        Ok(Skip)
-    }
+    scalars_are!(Skip);
 }
 
 /// Reads an object's members: `found` is called with the index in `names` of each member named
@@ -134,7 +139,7 @@ where
 }
 
 /// A member's name looked up in a list without being copied: its index, or `None`.
-struct NameIn(&'static [&'static str]);
+pub struct NameIn(pub &'static [&'static str]);
 
 impl<'de> DeserializeSeed<'de> for NameIn {
     type Value = Option<usize>;
@@ -178,7 +183,8 @@ impl<'de> Deserialize<'de> for Count {
                 Ok(Count(None))
             }
             text_is!(Count(None));
-            unit_bool_seq_are!(Count(None));
+            unit_bool_are!(Count(None));
+            seq_is!(Count(None));
             object_is!(Count(None));
         }
         d.deserialize_any(V)
@@ -191,20 +197,7 @@ pub struct Chars(pub Option<u64>);
 
 impl<'de> Deserialize<'de> for Chars {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Chars;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("any value")
-            }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<Chars, E> {
-                Ok(Chars(Some(s.chars().count() as u64)))
-            }
-            numbers_are!(Chars(None));
-            unit_bool_seq_are!(Chars(None));
-            object_is!(Chars(None));
-        }
-        d.deserialize_any(V)
+        d.deserialize_any(TextAs(|s: &str| s.chars().count() as u64)).map(Chars)
     }
 }
 
@@ -231,7 +224,8 @@ impl<'de, T, F: FnOnce(&str) -> T> Visitor<'de> for TextAs<T, F> {
     }
 
     numbers_are!(None);
-    unit_bool_seq_are!(None);
+    unit_bool_are!(None);
+    seq_is!(None);
     object_is!(None);
 }
 
@@ -294,9 +288,7 @@ impl<'de> Deserialize<'de> for Flag {
             fn visit_none<E: de::Error>(self) -> Result<Flag, E> {
                 Ok(Flag(None))
             }
-            fn visit_seq<A: de::SeqAccess<'de>>(self, seq: A) -> Result<Flag, A::Error> {
-                Skip.visit_seq(seq).map(|_| Flag(None))
-            }
+            seq_is!(Flag(None));
             numbers_are!(Flag(None));
             text_is!(Flag(None));
             object_is!(Flag(None));
