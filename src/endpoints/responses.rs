@@ -16,10 +16,11 @@ use crate::pipeline::gate::Needs;
 use crate::pipeline::run::{self, Trip};
 use crate::pipeline::step::{Answer, ClientStream, VendorStep};
 use crate::providers::responses::stream::{FromChat, PassThrough};
-use crate::providers::responses::{self, answer, request};
+use crate::providers::responses::{self, answer, facts, request};
 use crate::providers::{self, StreamEnd, StreamTranslator, UpstreamCall, UpstreamError};
 use crate::usage::record::{Ingress, RequestOutcome, RequestShape};
 use serde_json::{Map, Value};
+use std::cell::OnceCell;
 use worker::{Context, Env};
 
 /// The header naming what a translated request left out (tools, reasoning items).
@@ -75,15 +76,7 @@ pub async fn create(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context)
     let stream = req.get("stream") == Some(&Value::Bool(true));
     let requested = req.get("model").and_then(Value::as_str).unwrap_or_default().to_string();
     let logical = rc.task.clone().unwrap_or(requested);
-    // The chat form is needed only if a chat deployment is tried (its error waits until then); it
-    // is moved into the typed request, not copied: an agent's is tens of kB.
-    let (mut chat, warning) = match request::to_chat(&req) {
-        Ok(plan) => {
-            let warning = plan.warning();
-            (ChatRequest::from_json(plan.chat), warning)
-        }
-        Err(e) => (Err(e), None),
-    };
+    let form = ChatForm::new(&req);
     let table = route::table(env, &rc).await?;
     let model = route::model(&table, &rc, &logical)?;
     // Codex's `prompt_cache_key` is its session id: the session keeps one deployment while healthy.
@@ -91,20 +84,25 @@ pub async fn create(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context)
     let chain = table.chain(&logical, rc.random, session).unwrap_or_default();
     let mut outcome = RequestOutcome::new(&rc, &logical, stream);
     outcome.ingress = Ingress::Responses;
-    let (shape, needs) = match &mut chat {
-        Ok(chat) => {
-            // Tags come from the Responses request's own `metadata`; the chat form sent upstream keeps its own.
-            let own = std::mem::replace(&mut chat.metadata, req.get("metadata").and_then(Value::as_object).cloned());
-            let shape = outcome.describe(chat);
-            chat.metadata = own;
-            (shape, Needs::of(chat))
+    // Tags come from the Responses request's own `metadata`.
+    let metadata = req.get("metadata").and_then(Value::as_object);
+    let (shape, needs) = match facts::facts(&req) {
+        Some(f) => {
+            let shape =
+                RequestShape { text_chars: f.text_chars, messages: f.messages, max_output: f.max_output, choices: 1 };
+            let needs = Needs { tools: f.tools, json_mode: f.json_mode, vision: f.vision, context_tokens: 0 };
+            (outcome.describe_as(metadata, f.user.as_deref(), shape), needs)
         }
-        Err(_) => {
-            let max_output = req.get("max_output_tokens").and_then(Value::as_u64);
-            let shape = RequestShape { text_chars: body.len(), messages: 1, max_output, choices: 1 };
-            outcome.shape = Some(shape);
-            (shape, Needs::default())
-        }
+        // Only the form can tell, or it refuses the request (its error waits until a chat deployment is tried).
+        None => match form.chat() {
+            Ok(chat) => (outcome.describe_as(metadata, chat.user.as_deref(), RequestShape::of(chat)), Needs::of(chat)),
+            Err(_) => {
+                let max_output = req.get("max_output_tokens").and_then(Value::as_u64);
+                let shape = RequestShape { text_chars: body.len(), messages: 1, max_output, choices: 1 };
+                outcome.shape = Some(shape);
+                (shape, Needs::default())
+            }
+        },
     };
     let trip = Trip {
         rc: &rc,
@@ -119,14 +117,49 @@ pub async fn create(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context)
         cache: None,
         unserved: "No deployment of this model can serve this request.",
     };
-    let step = ResponsesStep { chat: chat.as_ref(), template: answer::template(&req) };
+    let step = ResponsesStep { form: &form, template: OnceCell::new() };
     let mut response = run::run(trip, &step, env, ctx).await?;
     let served = response.sent_header("x-gateway-deployment");
     let translated = served.and_then(|id| table.deployments.get(id)).is_some_and(|d| !d.accepts(Api::Responses));
-    if let (Some(warning), true) = (warning, translated) {
-        response.set_header(WARNING_HEADER, &warning);
+    // A translated request built its form, which knows what it left out.
+    if let (Some(warning), true) = (form.warning(), translated) {
+        response.set_header(WARNING_HEADER, warning);
     }
     Ok(response)
+}
+
+/// The request's chat form, built the first time it is asked for: a deployment that speaks the
+/// Responses API never needs it. perf: an agent's form is tens of kB of copied strings.
+pub struct ChatForm<'a> {
+    req: &'a Map<String, Value>,
+    built: OnceCell<(Result<ChatRequest, ApiError>, Option<String>)>,
+}
+
+impl<'a> ChatForm<'a> {
+    pub fn new(req: &'a Map<String, Value>) -> Self {
+        ChatForm { req, built: OnceCell::new() }
+    }
+
+    /// The form, or why the request cannot be sent as chat completions.
+    pub fn chat(&self) -> Result<&ChatRequest, &ApiError> {
+        self.built().0.as_ref()
+    }
+
+    /// What the form left out, once it is built.
+    pub fn warning(&self) -> Option<&str> {
+        self.built.get().and_then(|(_, warning)| warning.as_deref())
+    }
+
+    fn built(&self) -> &(Result<ChatRequest, ApiError>, Option<String>) {
+        self.built.get_or_init(|| match request::to_chat(self.req) {
+            // The plan's chat form is moved into the typed request, not copied.
+            Ok(plan) => {
+                let warning = plan.warning();
+                (ChatRequest::from_json(plan.chat), warning)
+            }
+            Err(e) => (Err(e), None),
+        })
+    }
 }
 
 /// `POST /v1/responses/input_tokens`: counted by the first deployment that speaks the Responses
@@ -184,8 +217,15 @@ impl VendorStep for InputTokensStep {
 
 /// Pass-through to Responses deployments, translation through chat completions to the others.
 pub struct ResponsesStep<'a> {
-    pub chat: Result<&'a ChatRequest, &'a ApiError>,
-    pub template: Value,
+    pub form: &'a ChatForm<'a>,
+    /// The response object a translated answer is written into, made when first needed.
+    pub template: OnceCell<Value>,
+}
+
+impl ResponsesStep<'_> {
+    fn template(&self) -> &Value {
+        self.template.get_or_init(|| answer::template(self.form.req))
+    }
 }
 
 impl VendorStep for ResponsesStep<'_> {
@@ -199,7 +239,7 @@ impl VendorStep for ResponsesStep<'_> {
                 "This model's deployment accepts neither the Responses API nor chat completions.",
             ));
         }
-        let chat = self.chat.map_err(Clone::clone)?;
+        let chat = self.form.chat().map_err(Clone::clone)?;
         providers::build_chat(deployment, chat, credential, deployment.quirks.stream_options)
     }
 
@@ -210,7 +250,7 @@ impl VendorStep for ResponsesStep<'_> {
         }
         let completion = providers::translate_chat_response(deployment, body, now_ms / 1000)?;
         let body =
-            answer::from_chat(&self.template, completion.body.as_bytes(), completion.usage.as_ref(), now_ms / 1000)?;
+            answer::from_chat(self.template(), completion.body.as_bytes(), completion.usage.as_ref(), now_ms / 1000)?;
         Ok(Answer { body, usage: completion.usage })
     }
 
@@ -219,7 +259,7 @@ impl VendorStep for ResponsesStep<'_> {
             return Box::new(ResponsesStream::Pass(PassThrough::new()));
         }
         let chat = StreamTranslator::new(deployment, true, now_ms / 1000);
-        Box::new(ResponsesStream::Chat(Box::new(FromChat::new(chat, self.template.clone(), now_ms / 1000))))
+        Box::new(ResponsesStream::Chat(Box::new(FromChat::new(chat, self.template().clone(), now_ms / 1000))))
     }
 }
 

@@ -7,6 +7,7 @@ const TOKENS_PER_MESSAGE: u64 = 4;
 /// Output reserved when neither the client nor the deployment names a maximum.
 pub const DEFAULT_OUTPUT_TOKENS: u64 = 1024;
 
+use crate::canonical::ChatRequest;
 use serde::{Deserialize, Serialize};
 
 /// What the limiter's token estimate was computed from, kept to re-derive it for billing.
@@ -26,6 +27,16 @@ fn one() -> u64 {
 }
 
 impl RequestShape {
+    /// A chat request's shape.
+    pub fn of(chat: &ChatRequest) -> RequestShape {
+        RequestShape {
+            text_chars: chat.text_chars(),
+            messages: chat.messages.len(),
+            max_output: chat.max_output_tokens(),
+            choices: chat.choices(),
+        }
+    }
+
     /// The request's estimate on a deployment with `deployment_default` output tokens: every
     /// choice's output counts.
     pub fn estimate(&self, deployment_default: Option<u32>) -> TokenEstimate {

@@ -10,6 +10,7 @@ use crate::providers::UpstreamError;
 use crate::usage::tags;
 use serde::Deserialize;
 use serde::Serialize;
+use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 
 /// The public API (door) a request came in through, as usage events name it.
@@ -157,15 +158,19 @@ impl RequestOutcome {
     /// Records what the usage event needs from a chat request: tags, end user, estimate inputs.
     /// Returns the request's shape, so callers need not walk its text a second time.
     pub fn describe(&mut self, chat: &ChatRequest) -> RequestShape {
-        let metadata = chat.metadata.as_ref().map(tags::metadata_tags).unwrap_or_default();
+        self.describe_as(chat.metadata.as_ref(), chat.user.as_deref(), RequestShape::of(chat))
+    }
+
+    /// The request's tags from `metadata`, its end user and its shape, however they were read.
+    pub fn describe_as(
+        &mut self,
+        metadata: Option<&Map<String, Value>>,
+        user: Option<&str>,
+        shape: RequestShape,
+    ) -> RequestShape {
+        let metadata = metadata.map(tags::metadata_tags).unwrap_or_default();
         self.tags = tags::merge_tags(std::mem::take(&mut self.tags), metadata);
-        self.end_user = chat.user.clone().filter(|u| !u.is_empty());
-        let shape = RequestShape {
-            text_chars: chat.text_chars(),
-            messages: chat.messages.len(),
-            max_output: chat.max_output_tokens(),
-            choices: chat.choices(),
-        };
+        self.end_user = user.filter(|u| !u.is_empty()).map(str::to_string);
         self.shape = Some(shape);
         shape
     }

@@ -6,6 +6,7 @@
 //! (`answer`, `stream`). Pure: no clocks, no I/O.
 
 pub mod answer;
+pub mod facts;
 pub mod request;
 pub mod stream;
 mod view;

@@ -126,7 +126,7 @@ pub fn to_chat(req: &Map<String, Value>) -> Result<ChatPlan, ApiError> {
     Ok(plan)
 }
 
-fn item_type(item: &Map<String, Value>) -> &str {
+pub(super) fn item_type(item: &Map<String, Value>) -> &str {
     match item.get("type").and_then(Value::as_str) {
         Some(t) => t,
         // An "easy" input message carries a role and no type.
@@ -351,7 +351,7 @@ fn tool_choice(choice: &Value, dropped: &[String], has_tools: bool) -> Result<Op
 }
 
 /// `text.format` as chat's `response_format`; plain text needs none.
-fn response_format(format: &Value) -> Option<Value> {
+pub(super) fn response_format(format: &Value) -> Option<Value> {
     match format.get("type").and_then(Value::as_str)? {
         "json_object" => Some(json!({"type": "json_object"})),
         "json_schema" => {

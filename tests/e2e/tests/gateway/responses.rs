@@ -192,6 +192,28 @@ fn chat_only_deployment_gets_a_translation() {
     assert!(s.upstream_calls(&r).is_empty());
 }
 
+/// What a pass-through request needs is read from the Responses request itself (its chat form is
+/// never built): an image or a function tool skips a deployment that declares it cannot serve them.
+#[test]
+fn pass_through_requests_are_gated_by_what_they_need() {
+    let s = stack();
+    let served = |body: Value| {
+        let r = post(&s.url("/v1/responses"), KEY, &body);
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.header("x-gateway-deployment").unwrap().to_string()
+    };
+    assert_eq!(served(json!({"model": "resp-gate", "input": "Say hello"})), "oa-resp-text-only");
+    let image = json!({"model": "resp-gate", "input": [{"role": "user", "content": [
+        {"type": "input_text", "text": "What is this?"},
+        {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo="}]}]});
+    assert_eq!(served(image), "oa-resp");
+    let codex: Value = serde_json::from_str(&codex_body("resp-gate", false)).unwrap();
+    assert_eq!(served(codex), "oa-resp", "a function tool and a call in the history need tools");
+    // A hosted tool is not a function tool: chat completions could not carry it either.
+    let hosted = json!({"model": "resp-gate", "input": "x", "tools": [{"type": "web_search"}]});
+    assert_eq!(served(hosted), "oa-resp-text-only");
+}
+
 #[test]
 fn translated_streams_for_chat_and_anthropic() {
     let s = stack();
