@@ -35,6 +35,7 @@ TARGETS = {
     "mf_gateway_agent": ("miniflare", "gateway /v1/messages, a coding agent's 34 kB body, passed through to an Anthropic deployment"),
     "mf_direct_responses": ("mock", "direct to the mock vendor's /v1/responses"),
     "mf_gateway_responses": ("miniflare", "gateway /v1/responses, passed through to an OpenAI deployment"),
+    "mf_gateway_codex": ("miniflare", "gateway /v1/responses, a coding agent's 50 kB body, passed through to an OpenAI deployment"),
     "mf_passthrough_stream": ("miniflare", "passthrough worker, a stream (the mock's slow stream)"),
     "mf_relay_stream": ("miniflare", "relay worker, the same stream (each chunk read and enqueued again in JS)"),
     "mf_native_stream": ("miniflare", "relay worker, the same stream written into a native (identity) stream"),
@@ -55,9 +56,10 @@ for _round in range(1, 10):
     TARGETS[f"mf_rust_lean_r{_round}"] = ("miniflare", f"relay worker in Rust, lean (round {_round})")
     TARGETS[f"mf_gateway_stream_r{_round}"] = ("miniflare", f"gateway, a stream (BENCH_COMPARE: this build, round {_round})")
     TARGETS[f"mf_compare_stream_r{_round}"] = ("miniflare", f"gateway, a stream (BENCH_COMPARE: the other build, round {_round})")
-    for _door in ("messages", "responses", "agent"):
-        TARGETS[f"mf_gateway_{_door}_r{_round}"] = ("miniflare", f"gateway /v1/{_door} (BENCH_COMPARE_DOORS: this build, round {_round})")
-        TARGETS[f"mf_compare_{_door}_r{_round}"] = ("miniflare", f"gateway /v1/{_door} (BENCH_COMPARE_DOORS: the other build, round {_round})")
+    for _door, _what in (("messages", "/v1/messages"), ("responses", "/v1/responses"), ("agent", "/v1/messages, an agent's body"),
+                         ("codex", "/v1/responses, an agent's body")):
+        TARGETS[f"mf_gateway_{_door}_r{_round}"] = ("miniflare", f"gateway {_what} (BENCH_COMPARE_DOORS: this build, round {_round})")
+        TARGETS[f"mf_compare_{_door}_r{_round}"] = ("miniflare", f"gateway {_what} (BENCH_COMPARE_DOORS: the other build, round {_round})")
 HARNESS = {"mock": "—", "floor": "wrangler dev", "gateway": "wrangler dev", "floor_ni": "wrangler dev, inspector detached ²",
            "gateway_ni": "wrangler dev, inspector detached ²", "miniflare": "Miniflare", "workerd": "workerd serve"}
 WRANGLER_SESSIONS = ("gateway", "floor", "gateway_ni", "floor_ni")
@@ -363,7 +365,7 @@ def render(results):
         p(f"| target | CPU ms/req | − passthrough | c={conns} req/s | ÷ passthrough | c=1 p50 (ms) | − passthrough |")
         p("|---|---:|---:|---:|---:|---:|---:|")
         for name in ("mf_passthrough", "mf_relay", "mf_rust_plain", "mf_rust_lean", "mf_gateway", "mf_gateway_limited", "mf_gateway_messages", "mf_gateway_agent",
-                     "mf_gateway_responses", "mf_gateway_noconsumer", "mf_gateway_nolog_noqueue"):
+                     "mf_gateway_responses", "mf_gateway_codex", "mf_gateway_noconsumer", "mf_gateway_nolog_noqueue"):
             w, c = W.get(name), cpu_of(name)
             if not (w and w.get(1) and w.get(conns) and c):
                 continue
