@@ -9,4 +9,5 @@ pub mod messages;
 mod messages_body;
 pub mod models;
 pub mod responses;
+mod responses_body;
 pub mod route;

@@ -8,6 +8,7 @@ use crate::auth::context::RequestContext;
 use crate::canonical::usage::Usage;
 use crate::canonical::ChatRequest;
 use crate::config::routes::{Api, Deployment};
+use crate::endpoints::responses_body::ResponsesBody;
 use crate::endpoints::route;
 use crate::http::codes;
 use crate::http::error::ApiError;
@@ -15,8 +16,9 @@ use crate::http::reply::Reply;
 use crate::pipeline::gate::Needs;
 use crate::pipeline::run::{self, Trip};
 use crate::pipeline::step::{Answer, ClientStream, VendorStep};
+use crate::providers::responses::facts::{self, Field, RequestFields};
 use crate::providers::responses::stream::{FromChat, PassThrough};
-use crate::providers::responses::{self, answer, facts, request};
+use crate::providers::responses::{self, answer, request};
 use crate::providers::{self, StreamEnd, StreamTranslator, UpstreamCall, UpstreamError};
 use crate::usage::record::{Ingress, RequestOutcome, RequestShape};
 use serde_json::{Map, Value};
@@ -72,32 +74,41 @@ pub fn parse(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
 }
 
 pub async fn create(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context) -> Result<Reply, ApiError> {
-    let req = parse(&body)?;
-    let stream = req.get("stream") == Some(&Value::Bool(true));
-    let requested = req.get("model").and_then(Value::as_str).unwrap_or_default().to_string();
-    let logical = rc.task.clone().unwrap_or(requested);
-    let form = ChatForm::new(&req);
+    // One walk over the bytes reads a plain request; the rest (a refusal, a part only the chat form
+    // can judge) is parsed into a `Value` and judged by the form, as before.
+    let walked = ResponsesBody::parse(&body).ok();
+    let plain = walked.as_ref().and_then(|w| Some((&w.fields, w.fields.facts()?)));
+    let form = match plain {
+        Some(_) => ChatForm::new(&body),
+        None => ChatForm::parsed(&body, parse(&body)?),
+    };
+    let read = match &plain {
+        Some((fields, _)) => Read::of_fields(fields),
+        None => Read::of_value(form.req()),
+    };
+    let logical = rc.task.clone().unwrap_or_else(|| read.model.to_string());
     let table = route::table(env, &rc).await?;
     let model = route::model(&table, &rc, &logical)?;
     // Codex's `prompt_cache_key` is its session id: the session keeps one deployment while healthy.
-    let session = rc.session_id.as_deref().or_else(|| req.get("prompt_cache_key").and_then(Value::as_str));
+    let session = rc.session_id.as_deref().or(read.session);
     let chain = table.chain(&logical, rc.random, session).unwrap_or_default();
-    let mut outcome = RequestOutcome::new(&rc, &logical, stream);
+    let mut outcome = RequestOutcome::new(&rc, &logical, read.stream);
     outcome.ingress = Ingress::Responses;
     // Tags come from the Responses request's own `metadata`.
-    let metadata = req.get("metadata").and_then(Value::as_object);
-    let (shape, needs) = match facts::facts(&req) {
-        Some(f) => {
+    let (shape, needs) = match &plain {
+        Some((_, f)) => {
             let shape =
                 RequestShape { text_chars: f.text_chars, messages: f.messages, max_output: f.max_output, choices: 1 };
             let needs = Needs { tools: f.tools, json_mode: f.json_mode, vision: f.vision, context_tokens: 0 };
-            (outcome.describe_as(metadata, f.user.as_deref(), shape), needs)
+            (outcome.describe_as(read.metadata, f.user.as_deref(), shape), needs)
         }
         // Only the form can tell, or it refuses the request (its error waits until a chat deployment is tried).
         None => match form.chat() {
-            Ok(chat) => (outcome.describe_as(metadata, chat.user.as_deref(), RequestShape::of(chat)), Needs::of(chat)),
+            Ok(chat) => {
+                (outcome.describe_as(read.metadata, chat.user.as_deref(), RequestShape::of(chat)), Needs::of(chat))
+            }
             Err(_) => {
-                let max_output = req.get("max_output_tokens").and_then(Value::as_u64);
+                let max_output = form.req().get("max_output_tokens").and_then(Value::as_u64);
                 let shape = RequestShape { text_chars: body.len(), messages: 1, max_output, choices: 1 };
                 outcome.shape = Some(shape);
                 (shape, Needs::default())
@@ -110,7 +121,7 @@ pub async fn create(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context)
         model,
         chain,
         body: &body,
-        stream,
+        stream: read.stream,
         shape,
         needs,
         outcome,
@@ -128,16 +139,57 @@ pub async fn create(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context)
     Ok(response)
 }
 
-/// The request's chat form, built the first time it is asked for: a deployment that speaks the
-/// Responses API never needs it. perf: an agent's form is tens of kB of copied strings.
+/// What the door reads of a request, from the walk or from its `Value`.
+struct Read<'a> {
+    model: &'a str,
+    stream: bool,
+    session: Option<&'a str>,
+    metadata: Option<&'a Map<String, Value>>,
+}
+
+impl<'a> Read<'a> {
+    fn of_fields(f: &'a RequestFields) -> Self {
+        Read {
+            model: f.model.as_str().map_or("", String::as_str),
+            stream: f.stream == Field::Bool(true),
+            session: f.prompt_cache_key.as_str().map(String::as_str),
+            metadata: facts::metadata(f),
+        }
+    }
+
+    fn of_value(req: &'a Map<String, Value>) -> Self {
+        Read {
+            model: req.get("model").and_then(Value::as_str).unwrap_or_default(),
+            stream: req.get("stream") == Some(&Value::Bool(true)),
+            session: req.get("prompt_cache_key").and_then(Value::as_str),
+            metadata: req.get("metadata").and_then(Value::as_object),
+        }
+    }
+}
+
+/// The request as a `Value` and its chat form, each built the first time it is asked for: a
+/// plain request to a deployment that speaks the Responses API needs neither.
+/// perf: an agent's body is tens of kB, its form as many of copied strings.
 pub struct ChatForm<'a> {
-    req: &'a Map<String, Value>,
+    body: &'a [u8],
+    req: OnceCell<Map<String, Value>>,
     built: OnceCell<(Result<ChatRequest, ApiError>, Option<String>)>,
 }
 
 impl<'a> ChatForm<'a> {
-    pub fn new(req: &'a Map<String, Value>) -> Self {
-        ChatForm { req, built: OnceCell::new() }
+    /// A body the walk read as plain, so that [`parse`] accepts it.
+    pub fn new(body: &'a [u8]) -> Self {
+        ChatForm { body, req: OnceCell::new(), built: OnceCell::new() }
+    }
+
+    pub fn parsed(body: &'a [u8], req: Map<String, Value>) -> Self {
+        ChatForm { body, req: OnceCell::from(req), built: OnceCell::new() }
+    }
+
+    /// The request as a `Value`. A body the walk read as plain parses: the same parser read the
+    /// same bytes, and `facts` holds every check of `parse`.
+    pub fn req(&self) -> &Map<String, Value> {
+        self.req.get_or_init(|| parse(self.body).unwrap_or_default())
     }
 
     /// The form, or why the request cannot be sent as chat completions.
@@ -151,7 +203,7 @@ impl<'a> ChatForm<'a> {
     }
 
     fn built(&self) -> &(Result<ChatRequest, ApiError>, Option<String>) {
-        self.built.get_or_init(|| match request::to_chat(self.req) {
+        self.built.get_or_init(|| match request::to_chat(self.req()) {
             // The plan's chat form is moved into the typed request, not copied.
             Ok(plan) => {
                 let warning = plan.warning();
@@ -224,7 +276,7 @@ pub struct ResponsesStep<'a> {
 
 impl ResponsesStep<'_> {
     fn template(&self) -> &Value {
-        self.template.get_or_init(|| answer::template(self.form.req))
+        self.template.get_or_init(|| answer::template(self.form.req()))
     }
 }
 

@@ -69,6 +69,7 @@ macro_rules! object_is {
         }
     };
 }
+pub(crate) use object_is;
 
 /// The visits of a visitor for which every scalar (null, booleans, numbers, strings) is `$out`.
 macro_rules! scalars_are {
