@@ -168,16 +168,9 @@ pub async fn send(
     for (name, value) in &call.headers {
         text.add(name, value).map_err(invalid)?;
     }
-    let pending = exchange(
-        &call.url,
-        text.as_str(),
-        call.body.as_bytes(),
-        headers.ms as f64,
-        body.ms as f64,
-        limit.max() as f64,
-        stream,
-    )
-    .map_err(|e| invalid(worker::Error::from(e).to_string()))?;
+    let pending =
+        exchange(&call.url, text.as_str(), &call.body, headers.ms as f64, body.ms as f64, limit.max() as f64, stream)
+            .map_err(|e| invalid(worker::Error::from(e).to_string()))?;
     let out: Exchanged = match promise::settled(&pending).await {
         Ok(value) => value.unchecked_into(),
         Err(e) => {

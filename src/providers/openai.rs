@@ -36,8 +36,7 @@ pub(super) fn build_chat(
     } else if force_usage {
         body.stream_options.get_or_insert_with(Default::default).include_usage = Some(true);
     }
-    let body =
-        serde_json::to_string(&body).map_err(|e| ApiError::internal(format!("could not encode request: {e}")))?;
+    let body = serde_json::to_vec(&body).map_err(|e| ApiError::internal(format!("could not encode request: {e}")))?;
     Ok(UpstreamCall { url: endpoint(&dep.base_url, "/chat/completions"), headers: headers(dep, credential, &[]), body })
 }
 
@@ -53,7 +52,7 @@ pub(super) fn passthrough_chat(
     if !needs_no_rewrite(dep, req, force_usage) {
         return None;
     }
-    let body = String::from_utf8(splice_model(raw, &dep.model).ok()?).ok()?;
+    let body = splice_model(raw, &dep.model).ok()?;
     Some(UpstreamCall {
         url: endpoint(&dep.base_url, "/chat/completions"),
         headers: headers(dep, credential, &[]),
@@ -115,7 +114,7 @@ pub(super) fn build_embeddings(dep: &Deployment, body: &Value, credential: &str)
     Ok(UpstreamCall {
         url: endpoint(&dep.base_url, "/embeddings"),
         headers: headers(dep, credential, &[]),
-        body: Value::Object(obj).to_string(),
+        body: Value::Object(obj).to_string().into_bytes(),
     })
 }
 
@@ -288,7 +287,7 @@ mod tests {
                             dep.default_max_tokens = default;
                             dep.capabilities.max_output = max_output;
                             let built = build_chat(&dep, &req, "k", force).unwrap();
-                            let built: Value = serde_json::from_str(&built.body).unwrap();
+                            let built: Value = serde_json::from_slice(&built.body).unwrap();
                             let case = format!("{raw} {field:?} {default:?} {max_output:?} {stream_options} {force}");
                             let sent = |name: &str| built.get(name).and_then(Value::as_u64);
                             if let Some(most) = max_output {
@@ -300,8 +299,12 @@ mod tests {
                             match passthrough_chat(&dep, &req, raw.as_bytes(), "k", force) {
                                 Some(call) => {
                                     taken += 1;
-                                    assert_eq!(call.body, raw.replace("\"client-model\"", "\"gpt-4o-mini\""), "{case}");
-                                    assert_eq!(serde_json::from_str::<Value>(&call.body).unwrap(), built, "{case}");
+                                    assert_eq!(
+                                        String::from_utf8_lossy(&call.body),
+                                        raw.replace("\"client-model\"", "\"gpt-4o-mini\""),
+                                        "{case}"
+                                    );
+                                    assert_eq!(serde_json::from_slice::<Value>(&call.body).unwrap(), built, "{case}");
                                 }
                                 None => assert_ne!(
                                     built,
@@ -332,7 +335,7 @@ mod tests {
         assert!(passthrough_chat(&dep, &req, raw.as_bytes(), "k", false).is_some(), "off: arrays pass through");
         dep.quirks.string_content = true;
         assert!(passthrough_chat(&dep, &req, raw.as_bytes(), "k", false).is_none());
-        let body: Value = serde_json::from_str(&build_chat(&dep, &req, "k", false).unwrap().body).unwrap();
+        let body: Value = serde_json::from_slice(&build_chat(&dep, &req, "k", false).unwrap().body).unwrap();
         assert_eq!(body["messages"][0]["content"], "Be terse.");
         assert_eq!(body["messages"][1]["content"], "a\n\nb");
         assert!(body["messages"][2]["content"].is_array(), "an image cannot be said as text: left as sent");
@@ -353,7 +356,7 @@ mod tests {
         let req = ChatRequest::parse(raw.as_bytes()).unwrap();
         let dep = deployment("openai");
         assert!(passthrough_chat(&dep, &req, raw.as_bytes(), "k", true).is_none(), "usage must be asked for");
-        let body = build_chat(&dep, &req, "k", true).unwrap().body;
+        let body = String::from_utf8(build_chat(&dep, &req, "k", true).unwrap().body).unwrap();
         let at = |needle: &str| body.find(needle).unwrap_or_else(|| panic!("{needle} in {body}"));
         assert!(at("\"reasoning\"") < at("\"answer\""), "{body}");
         assert!(at("\"zeta\"") < at("\"alpha\""), "{body}");
@@ -376,7 +379,7 @@ mod tests {
                 ("OpenAI-Organization".to_string(), "org-gateway".to_string()),
             ]
         );
-        let sent: Value = serde_json::from_str(&call.body).unwrap();
+        let sent: Value = serde_json::from_slice(&call.body).unwrap();
         let want: Value = serde_json::from_str(fixture!("openai_request.upstream.json")).unwrap();
         assert_eq!(sent, want);
     }
@@ -386,7 +389,7 @@ mod tests {
         let base = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": true});
         let mut dep = deployment("openai");
         let sent = |dep: &Deployment, v: Value, force: bool| -> Value {
-            serde_json::from_str(&build_chat(dep, &request(v), "k", force).unwrap().body).unwrap()
+            serde_json::from_slice(&build_chat(dep, &request(v), "k", force).unwrap().body).unwrap()
         };
         assert_eq!(sent(&dep, base.clone(), true)["stream_options"], json!({"include_usage": true}));
         assert_eq!(sent(&dep, base.clone(), false).get("stream_options"), None);
@@ -407,7 +410,7 @@ mod tests {
     fn max_tokens_field_quirk() {
         let mut dep = deployment("openai");
         let sent = |dep: &Deployment, v: Value| -> Value {
-            serde_json::from_str(&build_chat(dep, &request(v), "k", false).unwrap().body).unwrap()
+            serde_json::from_slice(&build_chat(dep, &request(v), "k", false).unwrap().body).unwrap()
         };
         let msgs = json!([{"role": "user", "content": "hi"}]);
         let both = json!({"model": "m", "messages": msgs, "max_tokens": 10, "max_completion_tokens": 20});

@@ -12,7 +12,6 @@ use super::DEFAULT_VERSION;
 use crate::canonical::usage::{AnthropicStreamUsage, Usage};
 use crate::canonical::usage_counts::{AnthropicCounts, UsageOf};
 use crate::config::routes::{Deployment, ProviderKind};
-use crate::http::codes;
 use crate::http::error::ApiError;
 use crate::http::sse::SseParser;
 use crate::providers::splice::{splice_model_within, Ceiling};
@@ -43,9 +42,7 @@ pub fn build(
     client: &ClientHeaders,
     call: MessagesCall,
 ) -> Result<UpstreamCall, ApiError> {
-    let spliced = splice_model_within(body, &dep.model, Ceiling::max_output(dep, "max_tokens"))?;
-    let body = String::from_utf8(spliced)
-        .map_err(|_| ApiError::invalid_request(codes::INVALID_JSON, "The request body is not valid UTF-8."))?;
+    let body = splice_model_within(body, &dep.model, Ceiling::max_output(dep, "max_tokens"))?;
     let version =
         client.version.as_deref().or(dep.quirks.anthropic_version.as_deref()).unwrap_or(DEFAULT_VERSION).to_string();
     let mut own = vec![("anthropic-version", version.as_str())];
@@ -208,7 +205,7 @@ mod tests {
         };
         let call = build(&dep, br#"{"model":"sonnet","max_tokens":5}"#, "k", &client, MessagesCall::Create).unwrap();
         assert_eq!(call.url, "https://api.anthropic.com/v1/messages?beta=true");
-        assert_eq!(call.body, r#"{"model":"claude-sonnet-4-5","max_tokens":5}"#);
+        assert_eq!(String::from_utf8_lossy(&call.body), r#"{"model":"claude-sonnet-4-5","max_tokens":5}"#);
         assert!(call.headers.contains(&("x-api-key".into(), "k".into())));
         assert!(call.headers.contains(&("anthropic-version".into(), "2023-06-01".into())));
         assert!(call

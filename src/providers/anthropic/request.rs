@@ -31,7 +31,7 @@ pub(in crate::providers) fn build_chat(
     Ok(UpstreamCall {
         url: endpoint(&dep.base_url, "/messages"),
         headers: headers(dep, credential, &[("anthropic-version", version)]),
-        body: body.to_string(),
+        body: body.to_string().into_bytes(),
     })
 }
 

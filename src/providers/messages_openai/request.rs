@@ -274,7 +274,7 @@ mod tests {
             json!({"model": "m", "max_tokens": 7, "stream": true, "messages": [{"role": "user", "content": "hi"}]});
         let call = build(&deployment("openai"), &req, "sk").unwrap();
         assert_eq!(call.url, "https://api.openai.com/v1/chat/completions");
-        let sent: Value = serde_json::from_str(&call.body).unwrap();
+        let sent: Value = serde_json::from_slice(&call.body).unwrap();
         assert_eq!(sent["stream_options"], json!({"include_usage": true}));
         assert_eq!(sent["messages"], json!([{"role": "user", "content": "hi"}]));
     }

@@ -15,15 +15,13 @@ use super::splice::{splice_model_within, Ceiling};
 use super::{endpoint, headers, read_json, UpstreamCall, UpstreamError};
 use crate::canonical::usage::Usage;
 use crate::config::routes::Deployment;
-use crate::http::codes;
 use crate::http::error::ApiError;
 
 /// The client's body to the vendor's `/responses`, unchanged but for the model name and a
 /// `max_output_tokens` above the deployment's `max_output`.
 pub fn build_passthrough(dep: &Deployment, body: &[u8], credential: &str) -> Result<UpstreamCall, ApiError> {
     let ceiling = Ceiling::max_output(dep, "max_output_tokens");
-    let body = String::from_utf8(splice_model_within(body, &dep.model, ceiling)?)
-        .map_err(|_| ApiError::invalid_request(codes::INVALID_JSON, "The request body is not valid UTF-8 JSON."))?;
+    let body = splice_model_within(body, &dep.model, ceiling)?;
     Ok(UpstreamCall { url: endpoint(&dep.base_url, "/responses"), headers: headers(dep, credential, &[]), body })
 }
 
