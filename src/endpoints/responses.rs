@@ -19,6 +19,7 @@ use crate::pipeline::step::{Answer, ClientStream, VendorStep};
 use crate::providers::responses::facts::{self, Field, RequestFields};
 use crate::providers::responses::stream::{FromChat, PassThrough};
 use crate::providers::responses::{self, answer, request};
+use crate::providers::splice::Span;
 use crate::providers::{self, StreamEnd, StreamTranslator, UpstreamCall, UpstreamError};
 use crate::usage::record::{Ingress, RequestOutcome, RequestShape};
 use serde_json::{Map, Value};
@@ -128,7 +129,8 @@ pub async fn create(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context)
         cache: None,
         unserved: "No deployment of this model can serve this request.",
     };
-    let step = ResponsesStep { form: &form, template: OnceCell::new() };
+    let spans = plain.and_then(|_| walked.as_ref()?.spans.as_deref());
+    let step = ResponsesStep { form: &form, template: OnceCell::new(), spans };
     let mut response = run::run(trip, &step, env, ctx).await?;
     let served = response.sent_header("x-gateway-deployment");
     let translated = served.and_then(|id| table.deployments.get(id)).is_some_and(|d| !d.accepts(Api::Responses));
@@ -272,6 +274,8 @@ pub struct ResponsesStep<'a> {
     pub form: &'a ChatForm<'a>,
     /// The response object a translated answer is written into, made when first needed.
     pub template: OnceCell<Value>,
+    /// Where the walk found the values the splice replaces (none when the body was not walked).
+    pub spans: Option<&'a [Span]>,
 }
 
 impl ResponsesStep<'_> {
@@ -283,7 +287,7 @@ impl ResponsesStep<'_> {
 impl VendorStep for ResponsesStep<'_> {
     fn build(&self, deployment: &Deployment, body: &[u8], credential: &str) -> Result<UpstreamCall, ApiError> {
         if deployment.accepts(Api::Responses) {
-            return responses::build_passthrough(deployment, body, credential);
+            return responses::build_passthrough(deployment, body, self.spans, credential);
         }
         if !deployment.accepts(Api::Chat) {
             return Err(ApiError::invalid_request(

@@ -35,6 +35,12 @@ pub fn splice_model_within(body: &[u8], model: &str, ceiling: Option<Ceiling>) -
     let spans = top_level_spans(body, ceiling.map(|c| c.field)).ok_or_else(|| {
         ApiError::invalid_request(codes::INVALID_JSON, "The request body is not a valid JSON object.")
     })?;
+    splice_spans(body, &spans, model, ceiling)
+}
+
+/// As [`splice_model_within`], with the spans already found by a parse of the body (in order;
+/// ceiling spans of another field than `ceiling`'s are left as they are).
+pub fn splice_spans(body: &[u8], spans: &[Span], model: &str, ceiling: Option<Ceiling>) -> Result<Vec<u8>, ApiError> {
     if !spans.iter().any(|s| s.key == Key::Model) {
         return Err(
             ApiError::invalid_request(codes::MISSING_REQUIRED_PARAMETER, "model: Field required").with_param("model")
@@ -44,7 +50,7 @@ pub fn splice_model_within(body: &[u8], model: &str, ceiling: Option<Ceiling>) -
     let lowered = ceiling.map(|c| c.most.to_string()).unwrap_or_default();
     let mut out = Vec::with_capacity(body.len() + replacement.len());
     let mut from = 0;
-    for Span { key, start, end } in spans {
+    for &Span { key, start, end } in spans {
         let value = &body[start..end];
         let with = match key {
             Key::Model if value.first() != Some(&b'"') => {
@@ -66,16 +72,18 @@ pub fn splice_model_within(body: &[u8], model: &str, ceiling: Option<Ceiling>) -
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Key {
+pub enum Key {
     Model,
+    /// The ceiling's field.
     Ceiling,
 }
 
 /// Where one top-level value of interest lies in the body.
-struct Span {
-    key: Key,
-    start: usize,
-    end: usize,
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span {
+    pub key: Key,
+    pub start: usize,
+    pub end: usize,
 }
 
 /// The byte spans of the values of the top-level `model` keys (and `field` keys), in order;

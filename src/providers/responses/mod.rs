@@ -11,23 +11,35 @@ pub mod request;
 pub mod stream;
 mod view;
 
-use super::splice::{splice_model_within, Ceiling};
+use super::splice::{splice_model_within, splice_spans, Ceiling, Span};
 use super::{endpoint, headers, read_json, UpstreamCall, UpstreamError};
 use crate::canonical::usage::Usage;
 use crate::config::routes::Deployment;
 use crate::http::error::ApiError;
 
+/// The field a Responses deployment's `max_output` holds down.
+pub const CEILING_FIELD: &str = "max_output_tokens";
+
 /// The client's body to the vendor's `/responses`, unchanged but for the model name and a
-/// `max_output_tokens` above the deployment's `max_output`.
-pub fn build_passthrough(dep: &Deployment, body: &[u8], credential: &str) -> Result<UpstreamCall, ApiError> {
-    let ceiling = Ceiling::max_output(dep, "max_output_tokens");
-    let body = splice_model_within(body, &dep.model, ceiling)?;
+/// `max_output_tokens` above the deployment's `max_output`; `spans` where the door's own parse
+/// found them (else the body is scanned).
+pub fn build_passthrough(
+    dep: &Deployment,
+    body: &[u8],
+    spans: Option<&[Span]>,
+    credential: &str,
+) -> Result<UpstreamCall, ApiError> {
+    let ceiling = Ceiling::max_output(dep, CEILING_FIELD);
+    let body = match spans {
+        Some(spans) => splice_spans(body, spans, &dep.model, ceiling)?,
+        None => splice_model_within(body, &dep.model, ceiling)?,
+    };
     Ok(UpstreamCall { url: endpoint(&dep.base_url, "/responses"), headers: headers(dep, credential, &[]), body })
 }
 
 /// `POST /responses/input_tokens` with the client's body, the model spliced as for `/responses`.
 pub fn build_input_tokens(dep: &Deployment, body: &[u8], credential: &str) -> Result<UpstreamCall, ApiError> {
-    let mut call = build_passthrough(dep, body, credential)?;
+    let mut call = build_passthrough(dep, body, None, credential)?;
     call.url = endpoint(&dep.base_url, "/responses/input_tokens");
     Ok(call)
 }

@@ -389,12 +389,12 @@ fn passthrough_request_splices_only_the_model() {
     let body = fixture!("responses_request_codex.json");
     let mut dep = deployment("openai");
     dep.model = "gpt-5.1-codex".into();
-    let call = build_passthrough(&dep, body.as_bytes(), "k").unwrap();
+    let call = build_passthrough(&dep, body.as_bytes(), None, "k").unwrap();
     assert_eq!(call.url, "https://api.openai.com/v1/responses");
     assert_eq!(String::from_utf8_lossy(&call.body), body.replacen("\"gpt-5-codex\"", "\"gpt-5.1-codex\"", 1));
     assert!(call.headers.iter().all(|(k, _)| !k.eq_ignore_ascii_case("x-client-request-id")));
-    assert!(build_passthrough(&dep, b"{\"model\": 1}", "k").is_err());
-    assert!(build_passthrough(&dep, &[0xff, 0xfe], "k").is_err());
+    assert!(build_passthrough(&dep, b"{\"model\": 1}", None, "k").is_err());
+    assert!(build_passthrough(&dep, &[0xff, 0xfe], None, "k").is_err());
 }
 
 #[test]
