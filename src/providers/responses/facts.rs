@@ -8,6 +8,7 @@
 //! item. It answers `None` wherever the form or its checks could refuse the request or a part is
 //! not plainly valid; the caller then builds the form, whose checks answer as they always did.
 
+use super::request::LEFT_OUT;
 use serde_json::{Map, Value};
 
 /// The facts of a request whose chat form builds and passes the chat checks.
@@ -289,24 +290,8 @@ impl History {
                 self.tools = true;
                 self.message("tool", n);
             }
-            // Left out of the form (`request::add_item`'s list); anything else refuses it.
-            "reasoning"
-            | "web_search_call"
-            | "file_search_call"
-            | "computer_call"
-            | "computer_call_output"
-            | "image_generation_call"
-            | "code_interpreter_call"
-            | "local_shell_call"
-            | "local_shell_call_output"
-            | "mcp_list_tools"
-            | "mcp_call"
-            | "mcp_approval_request"
-            | "mcp_approval_response"
-            | "custom_tool_call"
-            | "custom_tool_call_output"
-            | "shell_call"
-            | "shell_call_output" => {}
+            // Left out of the form; anything else refuses it.
+            kind if LEFT_OUT.contains(&kind) => {}
             _ => return None,
         }
         Some(())

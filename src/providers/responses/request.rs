@@ -126,7 +126,29 @@ pub fn to_chat(req: &Map<String, Value>) -> Result<ChatPlan, ApiError> {
     Ok(plan)
 }
 
-pub(super) fn item_type(item: &Map<String, Value>) -> &str {
+/// Input items left out of the chat form: reasoning (encrypted for its own vendor) and the calls of
+/// hosted tools cannot be replayed to a chat deployment.
+pub(super) const LEFT_OUT: [&str; 17] = [
+    "reasoning",
+    "web_search_call",
+    "file_search_call",
+    "computer_call",
+    "computer_call_output",
+    "image_generation_call",
+    "code_interpreter_call",
+    "local_shell_call",
+    "local_shell_call_output",
+    "mcp_list_tools",
+    "mcp_call",
+    "mcp_approval_request",
+    "mcp_approval_response",
+    "custom_tool_call",
+    "custom_tool_call_output",
+    "shell_call",
+    "shell_call_output",
+];
+
+fn item_type(item: &Map<String, Value>) -> &str {
     match item.get("type").and_then(Value::as_str) {
         Some(t) => t,
         // An "easy" input message carries a role and no type.
@@ -180,25 +202,7 @@ fn add_item(messages: &mut Vec<Value>, item: &Value, i: usize, dropped: &mut usi
             messages.push(json!({"role": "tool", "tool_call_id": call_id, "content": output}));
         }
         "item_reference" => return Err(stateless_only("item_reference")),
-        // Reasoning (encrypted for its own vendor) and the calls of hosted tools cannot be replayed
-        // to a chat deployment.
-        "reasoning"
-        | "web_search_call"
-        | "file_search_call"
-        | "computer_call"
-        | "computer_call_output"
-        | "image_generation_call"
-        | "code_interpreter_call"
-        | "local_shell_call"
-        | "local_shell_call_output"
-        | "mcp_list_tools"
-        | "mcp_call"
-        | "mcp_approval_request"
-        | "mcp_approval_response"
-        | "custom_tool_call"
-        | "custom_tool_call_output"
-        | "shell_call"
-        | "shell_call_output" => *dropped += 1,
+        kind if LEFT_OUT.contains(&kind) => *dropped += 1,
         other => {
             return Err(invalid(
                 codes::INVALID_VALUE,
