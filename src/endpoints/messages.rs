@@ -28,6 +28,7 @@ use crate::pipeline::run::{self, Trip};
 use crate::pipeline::step::{Answer, ClientStream, VendorStep};
 use crate::providers::messages_openai::{self, OpenaiStreamToMessages};
 use crate::providers::passthrough::{self, ClientHeaders, MessagesCall, PassthroughStream};
+use crate::providers::splice::Span;
 use crate::providers::{StreamEnd, UpstreamCall, UpstreamError};
 use crate::usage::estimate;
 use crate::usage::output_history;
@@ -179,6 +180,8 @@ pub struct MessagesRequest {
     pub session: Option<String>,
     /// `metadata.user_id` as sent: Anthropic's end-user id, the usage event's `end_user`.
     pub user_id: Option<String>,
+    /// Where the walk found the values the splice replaces.
+    pub spans: Option<Vec<Span>>,
     value: OnceCell<Value>,
 }
 
@@ -214,6 +217,7 @@ impl MessagesRequest {
             needs,
             session,
             user_id: facts.user_id.filter(|u| !u.is_empty()),
+            spans: facts.spans,
             value: OnceCell::new(),
         })
     }
@@ -252,7 +256,9 @@ pub struct MessagesStep<'a> {
 impl VendorStep for MessagesStep<'_> {
     fn build(&self, deployment: &Deployment, body: &[u8], credential: &str) -> Result<UpstreamCall, ApiError> {
         match (deployment.provider, self.call) {
-            (ProviderKind::Anthropic, call) => passthrough::build(deployment, body, credential, &self.client, call),
+            (ProviderKind::Anthropic, call) => {
+                passthrough::build(deployment, body, self.request.spans.as_deref(), credential, &self.client, call)
+            }
             (ProviderKind::Openai, MessagesCall::Create) => {
                 messages_openai::build(deployment, self.request.value(body), credential)
             }

@@ -9,11 +9,11 @@
 //! (the last of a repeated name counts), except that a repeated member inside the messages,
 //! system or tools counts twice in the characters, where a `Value` keeps the last.
 
+use crate::providers::splice::{Key, Places, Span};
 use crate::support::json_view::{
     members, not_an_object, numbers_are, unit_bool_are, Count, Flag, MemberOf, NameIn, Skip, Text,
 };
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
-use serde::Deserialize;
 use std::fmt;
 
 /// A Messages body's facts; `None` where the body has no such member (or not of its type).
@@ -33,11 +33,27 @@ pub struct MessagesBody {
     pub tools: Option<Walked>,
     /// `metadata.user_id`, when it is a string.
     pub user_id: Option<String>,
+    /// Where the top-level `model` and `max_tokens` values lie, for the splice.
+    pub spans: Option<Vec<Span>>,
 }
 
 impl MessagesBody {
     pub fn parse(body: &[u8]) -> serde_json::Result<MessagesBody> {
-        serde_json::from_slice(body)
+        // First with the places of `model` and `max_tokens`; a body that fails so (a nested value
+        // there, or any error) is read the plain way, whose errors are the door's.
+        if let Ok((mut walked, places)) = Self::read(body, true) {
+            walked.spans = places.spans(body).filter(|_| walked.object);
+            return Ok(walked);
+        }
+        Self::read(body, false).map(|(walked, _)| walked)
+    }
+
+    /// `serde_json::from_slice`, with `place` telling whether the spliced values are placed.
+    fn read(body: &[u8], place: bool) -> serde_json::Result<(MessagesBody, Places)> {
+        let mut de = serde_json::Deserializer::from_slice(body);
+        let read = Body { place }.deserialize(&mut de)?;
+        de.end()?;
+        Ok(read)
     }
 
     /// Characters of every string in `system`, `messages` and `tools` (but under a `data` member:
@@ -59,37 +75,44 @@ impl MessagesBody {
 
 const MEMBERS: [&str; 7] = ["model", "messages", "max_tokens", "stream", "system", "tools", "metadata"];
 
-impl<'de> Deserialize<'de> for MessagesBody {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = MessagesBody;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("any value")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<MessagesBody, A::Error> {
-                let mut body = MessagesBody { object: true, ..MessagesBody::default() };
-                // Other members are read as a `Value` parse reads them, so what it refuses is refused here.
-                members(&mut map, &MEMBERS, |i, map| {
-                    match i {
-                        0 => body.model = map.next_value::<Text>()?.0,
-                        1 => {
-                            body.messages = Some(map.next_value_seed(Walk(Role::Messages))?).filter(|w| w.len.is_some())
-                        }
-                        2 => body.max_tokens = Some(map.next_value::<Count>()?.0),
-                        3 => body.stream = map.next_value::<Flag>()?.0,
-                        4 => body.system = Some(map.next_value_seed(Walk(Role::Plain))?),
-                        5 => body.tools = Some(map.next_value_seed(Walk(Role::Plain))?),
-                        _ => body.user_id = map.next_value_seed(MemberOf::<Text>::new(&["user_id"]))?.0,
-                    }
-                    Ok(())
-                })?;
-                Ok(body)
-            }
-            not_an_object!(MessagesBody::default());
-        }
-        d.deserialize_any(V)
+/// The body's walk; `place`: whether `model` and `max_tokens` are read raw, for their places.
+struct Body {
+    place: bool,
+}
+
+impl<'de> DeserializeSeed<'de> for Body {
+    type Value = (MessagesBody, Places);
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
     }
+}
+
+impl<'de> Visitor<'de> for Body {
+    type Value = (MessagesBody, Places);
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any value")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut body = MessagesBody { object: true, ..MessagesBody::default() };
+        let mut places = Places::default();
+        // Other members are read as a `Value` parse reads them, so what it refuses is refused here.
+        members(&mut map, &MEMBERS, |i, map| {
+            match i {
+                0 if self.place => body.model = places.read::<_, Text>(map, Key::Model)?.0,
+                0 => body.model = map.next_value::<Text>()?.0,
+                2 if self.place => body.max_tokens = Some(places.read::<_, Count>(map, Key::Ceiling)?.0),
+                1 => body.messages = Some(map.next_value_seed(Walk(Role::Messages))?).filter(|w| w.len.is_some()),
+                2 => body.max_tokens = Some(map.next_value::<Count>()?.0),
+                3 => body.stream = map.next_value::<Flag>()?.0,
+                4 => body.system = Some(map.next_value_seed(Walk(Role::Plain))?),
+                5 => body.tools = Some(map.next_value_seed(Walk(Role::Plain))?),
+                _ => body.user_id = map.next_value_seed(MemberOf::<Text>::new(&["user_id"]))?.0,
+            }
+            Ok(())
+        })?;
+        Ok((body, places))
+    }
+    not_an_object!((MessagesBody::default(), Places::default()));
 }
 
 /// What a walk over one value found.
@@ -243,6 +266,8 @@ impl<'de> Visitor<'de> for TypeName {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::providers::passthrough::CEILING_FIELD;
+    use crate::providers::splice::{splice_model_within, splice_spans, Ceiling};
     use serde_json::{json, Value};
 
     /// What the door read from a whole `Value` before: the reference the walk must agree with.
@@ -281,6 +306,7 @@ mod tests {
             system: walked("system"),
             tools: walked("tools"),
             user_id: obj.get("metadata").and_then(|m| m.get("user_id")).and_then(Value::as_str).map(str::to_string),
+            spans: None,
         })
     }
 
@@ -306,9 +332,24 @@ mod tests {
                 assert_eq!(got.has_image(), want.has_image(), "{text}");
                 assert_eq!(got.has_tools(), want.has_tools(), "{text}");
                 assert_eq!(got.messages.map(|m| m.len), want.messages.map(|m| m.len), "{text}");
+                spliced_as_scanned(body, got);
             }
             (Err(got), Err(want)) => assert_eq!(got, want, "the same error: {text}"),
             _ => panic!("{text}: {got:?} against {want:?}"),
+        }
+    }
+
+    /// Where the walk placed the values, they splice the body as the splice's own scan does.
+    fn spliced_as_scanned(body: &[u8], walked: &MessagesBody) {
+        let Some(spans) = walked.spans.as_deref() else {
+            // Only a nested value there, or a body that is not an object, is read without places.
+            return;
+        };
+        for most in [None, Some(1), Some(40000)] {
+            let ceiling = most.map(|most| Ceiling { field: CEILING_FIELD, most });
+            let by_walk = splice_spans(body, spans, "real/\"m\"", ceiling).map_err(|e| e.message);
+            let by_scan = splice_model_within(body, "real/\"m\"", ceiling).map_err(|e| e.message);
+            assert_eq!(by_walk, by_scan, "{}", String::from_utf8_lossy(body));
         }
     }
 

@@ -13,13 +13,12 @@
 use crate::providers::responses::facts::{
     Content, Field, History, Input, ItemFields, Output, PartFields, Parts, RequestFields, ToolFields, ToolList, Tools,
 };
-use crate::providers::splice::{Key, Span};
+use crate::providers::splice::{Key, Places, Span};
 use crate::support::json_view::{
     members, not_an_object, numbers_are, object_is, seq_is, unit_bool_are, Chars, MemberOf,
 };
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
-use serde_json::value::RawValue;
 use serde_json::Value;
 use std::fmt;
 use std::io;
@@ -29,49 +28,23 @@ use std::marker::PhantomData;
 #[derive(Debug, Default)]
 pub struct ResponsesBody {
     pub fields: RequestFields,
-    /// Where the top-level `model` and `max_output_tokens` values lie, for the splice.
-    /// perf: the splice's own scan of an agent's body was 5.5 % of the door's CPU.
+    /// Where the top-level `model` and `max_output_tokens` values lie, for the splice (a nested
+    /// value there fails the walk, and the body is read as a `Value`, see `Places::read`).
     pub spans: Option<Vec<Span>>,
 }
 
 impl ResponsesBody {
     pub fn parse(body: &[u8]) -> serde_json::Result<ResponsesBody> {
         let walked: Walked = serde_json::from_slice(body)?;
-        // The values were borrowed from `body`, so their addresses give their offsets.
-        let base = body.as_ptr() as usize;
-        let spans = walked
-            .values
-            .iter()
-            .map(|&(key, at, len)| {
-                let start = at.checked_sub(base).filter(|start| start + len <= body.len())?;
-                Some(Span { key, start, end: start + len })
-            })
-            .collect();
-        Ok(ResponsesBody { fields: walked.fields, spans })
+        Ok(ResponsesBody { fields: walked.fields, spans: walked.places.spans(body) })
     }
 }
 
-/// The members, and the address and length of each top-level `model` and ceiling value.
+/// The members, and where the top-level `model` and ceiling values lie.
 #[derive(Default)]
 struct Walked {
     fields: RequestFields,
-    values: Vec<(Key, usize, usize)>,
-}
-
-/// A borrowed value's place, and the value read as `T`.
-fn placed<'de, A: MapAccess<'de>, T: Deserialize<'de>>(
-    map: &mut A,
-    key: Key,
-    values: &mut Vec<(Key, usize, usize)>,
-) -> Result<T, A::Error> {
-    let raw: &'de RawValue = map.next_value()?;
-    // A raw value is skipped without counting its depth, and read again from a fresh depth: a
-    // nested one is left to the `Value` parse, which refuses it where it always did.
-    if raw.get().starts_with(['[', '{']) {
-        return Err(de::Error::custom("a nested model or output cap is read whole"));
-    }
-    values.push((key, raw.get().as_ptr() as usize, raw.get().len()));
-    serde_json::from_str(raw.get()).map_err(de::Error::custom)
+    places: Places,
 }
 
 const MEMBERS: [&str; 17] = [
@@ -104,10 +77,10 @@ impl<'de> Deserialize<'de> for Walked {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Walked, A::Error> {
                 let mut f = RequestFields::default();
-                let mut values = Vec::new();
+                let mut places = Places::default();
                 members(&mut map, &MEMBERS, |i, map| {
                     match i {
-                        0 => f.model = placed(map, Key::Model, &mut values)?,
+                        0 => f.model = places.read(map, Key::Model)?,
                         1 => f.stream = map.next_value()?,
                         2 => f.previous_response_id = map.next_value()?,
                         3 => f.conversation = map.next_value()?,
@@ -119,7 +92,7 @@ impl<'de> Deserialize<'de> for Walked {
                         9 => f.text = Some(map.next_value()?),
                         10 => f.temperature = map.next_value()?,
                         11 => f.top_p = map.next_value()?,
-                        12 => f.max_output_tokens = placed(map, Key::Ceiling, &mut values)?,
+                        12 => f.max_output_tokens = places.read(map, Key::Ceiling)?,
                         13 => f.user = map.next_value()?,
                         14 => f.safety_identifier = map.next_value()?,
                         15 => f.prompt_cache_key = map.next_value()?,
@@ -127,7 +100,7 @@ impl<'de> Deserialize<'de> for Walked {
                     }
                     Ok(())
                 })?;
-                Ok(Walked { fields: f, values })
+                Ok(Walked { fields: f, places })
             }
             not_an_object!(Walked::default());
         }

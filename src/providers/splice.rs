@@ -7,6 +7,9 @@
 use crate::config::routes::Deployment;
 use crate::http::codes;
 use crate::http::error::ApiError;
+use serde::de::{self, MapAccess};
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 /// A top-level integer field held to a ceiling: a larger value is replaced by `most`.
@@ -69,6 +72,38 @@ pub fn splice_spans(body: &[u8], spans: &[Span], model: &str, ceiling: Option<Ce
     }
     out.extend_from_slice(&body[from..]);
     Ok(out)
+}
+
+/// Where a door's parse found the values a splice replaces, each read as a borrowed raw value.
+/// perf: the splice's own scan of an agent's body was 5.5–7.5 % of the door's CPU.
+#[derive(Debug, Default)]
+pub struct Places(Vec<(Key, usize, usize)>);
+
+impl Places {
+    /// Reads a member's value as `T` and notes where it lies. A nested value is refused: serde_json
+    /// skips a raw value without counting its depth and `T` is read again from a fresh depth, so
+    /// the caller must read such a body the plain way, which refuses it where it always did.
+    pub fn read<'de, A: MapAccess<'de>, T: Deserialize<'de>>(&mut self, map: &mut A, key: Key) -> Result<T, A::Error> {
+        let raw: &'de RawValue = map.next_value()?;
+        if raw.get().starts_with(['[', '{']) {
+            return Err(de::Error::custom("a nested value is read the plain way"));
+        }
+        self.0.push((key, raw.get().as_ptr() as usize, raw.get().len()));
+        serde_json::from_str(raw.get()).map_err(de::Error::custom)
+    }
+
+    /// The spans in `body`, which the values were borrowed from (their addresses give their
+    /// offsets); `None` if one is not within it.
+    pub fn spans(&self, body: &[u8]) -> Option<Vec<Span>> {
+        let base = body.as_ptr() as usize;
+        self.0
+            .iter()
+            .map(|&(key, at, len)| {
+                let start = at.checked_sub(base).filter(|start| start + len <= body.len())?;
+                Some(Span { key, start, end: start + len })
+            })
+            .collect()
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -14,7 +14,7 @@ use crate::canonical::usage_counts::{AnthropicCounts, UsageOf};
 use crate::config::routes::{Deployment, ProviderKind};
 use crate::http::error::ApiError;
 use crate::http::sse::SseParser;
-use crate::providers::splice::{splice_model_within, Ceiling};
+use crate::providers::splice::{splice_model_within, splice_spans, Ceiling, Span};
 use crate::providers::{classify, endpoint, headers, read_json, StreamEnd, UpstreamCall, UpstreamError};
 
 /// What of the client's request travels upstream as sent: the Anthropic headers and the query
@@ -33,16 +33,25 @@ pub enum MessagesCall {
     CountTokens,
 }
 
+/// The field a Messages deployment's `max_output` holds down.
+pub const CEILING_FIELD: &str = "max_tokens";
+
 /// The vendor request: the client's bytes with the deployment's model spliced in, and
-/// `max_tokens` held to the deployment's declared `max_output`.
+/// `max_tokens` held to the deployment's declared `max_output`; `spans` where the door's own
+/// parse found them (else the body is scanned).
 pub fn build(
     dep: &Deployment,
     body: &[u8],
+    spans: Option<&[Span]>,
     credential: &str,
     client: &ClientHeaders,
     call: MessagesCall,
 ) -> Result<UpstreamCall, ApiError> {
-    let body = splice_model_within(body, &dep.model, Ceiling::max_output(dep, "max_tokens"))?;
+    let ceiling = Ceiling::max_output(dep, CEILING_FIELD);
+    let body = match spans {
+        Some(spans) => splice_spans(body, spans, &dep.model, ceiling)?,
+        None => splice_model_within(body, &dep.model, ceiling)?,
+    };
     let version =
         client.version.as_deref().or(dep.quirks.anthropic_version.as_deref()).unwrap_or(DEFAULT_VERSION).to_string();
     let mut own = vec![("anthropic-version", version.as_str())];
@@ -203,7 +212,8 @@ mod tests {
             beta: Some("claude-code-20250219,interleaved-thinking-2025-05-14".into()),
             query: Some("beta=true".into()),
         };
-        let call = build(&dep, br#"{"model":"sonnet","max_tokens":5}"#, "k", &client, MessagesCall::Create).unwrap();
+        let call =
+            build(&dep, br#"{"model":"sonnet","max_tokens":5}"#, None, "k", &client, MessagesCall::Create).unwrap();
         assert_eq!(call.url, "https://api.anthropic.com/v1/messages?beta=true");
         assert_eq!(String::from_utf8_lossy(&call.body), r#"{"model":"claude-sonnet-4-5","max_tokens":5}"#);
         assert!(call.headers.contains(&("x-api-key".into(), "k".into())));
@@ -212,7 +222,7 @@ mod tests {
             .headers
             .contains(&("anthropic-beta".into(), "claude-code-20250219,interleaved-thinking-2025-05-14".into())));
         let count =
-            build(&dep, br#"{"model":"s"}"#, "k", &ClientHeaders::default(), MessagesCall::CountTokens).unwrap();
+            build(&dep, br#"{"model":"s"}"#, None, "k", &ClientHeaders::default(), MessagesCall::CountTokens).unwrap();
         assert_eq!(count.url, "https://api.anthropic.com/v1/messages/count_tokens");
         assert!(count.headers.contains(&("anthropic-version".into(), DEFAULT_VERSION.into())));
         assert!(!count.headers.iter().any(|(k, _)| k == "anthropic-beta"));
