@@ -16,7 +16,7 @@ use crate::http::reply::Reply;
 use crate::pipeline::gate::Needs;
 use crate::pipeline::run::{self, Trip};
 use crate::pipeline::step::{Answer, ClientStream, VendorStep};
-use crate::providers::responses::facts::{self, Field, RequestFields};
+use crate::providers::responses::facts::{Field, RequestFields};
 use crate::providers::responses::stream::{FromChat, PassThrough};
 use crate::providers::responses::{self, answer, request};
 use crate::providers::splice::Span;
@@ -155,7 +155,7 @@ impl<'a> Read<'a> {
             model: f.model.as_str().map_or("", String::as_str),
             stream: f.stream == Field::Bool(true),
             session: f.prompt_cache_key.as_str().map(String::as_str),
-            metadata: facts::metadata(f),
+            metadata: f.metadata.as_ref().and_then(Value::as_object),
         }
     }
 

@@ -14,9 +14,7 @@ use crate::providers::responses::facts::{
     Content, Field, History, Input, ItemFields, Output, PartFields, Parts, RequestFields, ToolFields, ToolList, Tools,
 };
 use crate::providers::splice::{Key, Places, Span};
-use crate::support::json_view::{
-    members, not_an_object, numbers_are, object_is, seq_is, unit_bool_are, Chars, MemberOf,
-};
+use crate::support::json_view::{from_members, numbers_are, object_is, seq_is, unit_bool_are, Chars, MemberOf};
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::Value;
@@ -67,46 +65,25 @@ const MEMBERS: [&str; 17] = [
     "metadata",
 ];
 
-impl<'de> Deserialize<'de> for Walked {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Walked;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("any value")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Walked, A::Error> {
-                let mut f = RequestFields::default();
-                let mut places = Places::default();
-                members(&mut map, &MEMBERS, |i, map| {
-                    match i {
-                        0 => f.model = places.read(map, Key::Model)?,
-                        1 => f.stream = map.next_value()?,
-                        2 => f.previous_response_id = map.next_value()?,
-                        3 => f.conversation = map.next_value()?,
-                        4 => f.background = map.next_value()?,
-                        5 => f.instructions = map.next_value()?,
-                        6 => f.input = map.next_value_seed(InputSeed)?,
-                        7 => f.tools = map.next_value_seed(ToolsSeed)?,
-                        8 => f.tool_choice = Some(map.next_value()?),
-                        9 => f.text = Some(map.next_value()?),
-                        10 => f.temperature = map.next_value()?,
-                        11 => f.top_p = map.next_value()?,
-                        12 => f.max_output_tokens = places.read(map, Key::Ceiling)?,
-                        13 => f.user = map.next_value()?,
-                        14 => f.safety_identifier = map.next_value()?,
-                        15 => f.prompt_cache_key = map.next_value()?,
-                        _ => f.metadata = Some(map.next_value::<Value>()?),
-                    }
-                    Ok(())
-                })?;
-                Ok(Walked { fields: f, places })
-            }
-            not_an_object!(Walked::default());
-        }
-        d.deserialize_any(V)
-    }
-}
+from_members!(Walked, MEMBERS, |w, i, map| match i {
+    0 => w.fields.model = w.places.read(map, Key::Model)?,
+    1 => w.fields.stream = map.next_value()?,
+    2 => w.fields.previous_response_id = map.next_value()?,
+    3 => w.fields.conversation = map.next_value()?,
+    4 => w.fields.background = map.next_value()?,
+    5 => w.fields.instructions = map.next_value()?,
+    6 => w.fields.input = map.next_value_seed(InputSeed)?,
+    7 => w.fields.tools = map.next_value_seed(ToolsSeed)?,
+    8 => w.fields.tool_choice = Some(map.next_value()?),
+    9 => w.fields.text = Some(map.next_value()?),
+    10 => w.fields.temperature = map.next_value()?,
+    11 => w.fields.top_p = map.next_value()?,
+    12 => w.fields.max_output_tokens = w.places.read(map, Key::Ceiling)?,
+    13 => w.fields.user = map.next_value()?,
+    14 => w.fields.safety_identifier = map.next_value()?,
+    15 => w.fields.prompt_cache_key = map.next_value()?,
+    _ => w.fields.metadata = Some(map.next_value::<Value>()?),
+});
 
 /// How a [`Field`] keeps a string: its text, or its characters.
 pub trait Keep: Sized {
@@ -201,35 +178,15 @@ impl<'de> Visitor<'de> for InputSeed {
 
 const ITEM: [&str; 7] = ["type", "role", "content", "call_id", "name", "arguments", "output"];
 
-impl<'de> Deserialize<'de> for ItemFields {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = ItemFields;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("any value")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ItemFields, A::Error> {
-                let mut item = ItemFields::default();
-                members(&mut map, &ITEM, |i, map| {
-                    match i {
-                        0 => item.kind = map.next_value()?,
-                        1 => item.role = map.next_value()?,
-                        2 => item.content = map.next_value()?,
-                        3 => item.call_id = map.next_value()?,
-                        4 => item.name = map.next_value()?,
-                        5 => item.arguments = map.next_value()?,
-                        _ => item.output = map.next_value()?,
-                    }
-                    Ok(())
-                })?;
-                Ok(item)
-            }
-            not_an_object!(ItemFields::default());
-        }
-        d.deserialize_any(V)
-    }
-}
+from_members!(ItemFields, ITEM, |item, i, map| match i {
+    0 => item.kind = map.next_value()?,
+    1 => item.role = map.next_value()?,
+    2 => item.content = map.next_value()?,
+    3 => item.call_id = map.next_value()?,
+    4 => item.name = map.next_value()?,
+    5 => item.arguments = map.next_value()?,
+    _ => item.output = map.next_value()?,
+});
 
 impl<'de> Deserialize<'de> for Content {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -259,32 +216,12 @@ impl<'de> Deserialize<'de> for Content {
 
 const PART: [&str; 4] = ["type", "text", "refusal", "image_url"];
 
-impl<'de> Deserialize<'de> for PartFields {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = PartFields;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("any value")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<PartFields, A::Error> {
-                let mut part = PartFields::default();
-                members(&mut map, &PART, |i, map| {
-                    match i {
-                        0 => part.kind = map.next_value()?,
-                        1 => part.text = map.next_value()?,
-                        2 => part.refusal = map.next_value()?,
-                        _ => part.image_url = map.next_value()?,
-                    }
-                    Ok(())
-                })?;
-                Ok(part)
-            }
-            not_an_object!(PartFields::default());
-        }
-        d.deserialize_any(V)
-    }
-}
+from_members!(PartFields, PART, |part, i, map| match i {
+    0 => part.kind = map.next_value()?,
+    1 => part.text = map.next_value()?,
+    2 => part.refusal = map.next_value()?,
+    _ => part.image_url = map.next_value()?,
+});
 
 impl<'de> Deserialize<'de> for Output {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -353,32 +290,12 @@ impl<'de> Visitor<'de> for ToolsSeed {
 
 const TOOL: [&str; 4] = ["type", "name", "description", "parameters"];
 
-impl<'de> Deserialize<'de> for ToolFields {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = ToolFields;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("any value")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ToolFields, A::Error> {
-                let mut tool = ToolFields::default();
-                members(&mut map, &TOOL, |i, map| {
-                    match i {
-                        0 => tool.kind = map.next_value()?,
-                        1 => tool.name = map.next_value()?,
-                        2 => tool.description = map.next_value()?,
-                        _ => (tool.parameters, tool.parameters_chars) = map.next_value_seed(JsonText)?,
-                    }
-                    Ok(())
-                })?;
-                Ok(tool)
-            }
-            not_an_object!(ToolFields::default());
-        }
-        d.deserialize_any(V)
-    }
-}
+from_members!(ToolFields, TOOL, |tool, i, map| match i {
+    0 => tool.kind = map.next_value()?,
+    1 => tool.name = map.next_value()?,
+    2 => tool.description = map.next_value()?,
+    _ => (tool.parameters, tool.parameters_chars) = map.next_value_seed(JsonText)?,
+});
 
 /// A value's kind and the characters of its compact JSON text (what `Value::to_string` writes),
 /// counted as it is read. A member named twice in an object counts twice.

@@ -90,6 +90,36 @@ macro_rules! not_an_object {
 }
 pub(crate) use not_an_object;
 
+/// `Deserialize` for `$ty` (a `Default` struct) from an object's members named in `$names`:
+/// `$fill` is given the struct, a member's index in `$names` and the map to read its value from
+/// (see [`members`]); any other value is `$ty::default()`.
+macro_rules! from_members {
+    ($ty:ty, $names:expr, |$out:ident, $i:ident, $map:ident| $fill:expr) => {
+        impl<'de> serde::Deserialize<'de> for $ty {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct V;
+                impl<'de> serde::de::Visitor<'de> for V {
+                    type Value = $ty;
+                    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                        f.write_str("any value")
+                    }
+                    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<$ty, A::Error> {
+                        let mut $out = <$ty>::default();
+                        $crate::support::json_view::members(&mut map, &$names, |$i, $map| {
+                            $fill;
+                            Ok(())
+                        })?;
+                        Ok($out)
+                    }
+                    $crate::support::json_view::not_an_object!(<$ty>::default());
+                }
+                d.deserialize_any(V)
+            }
+        }
+    };
+}
+pub(crate) use from_members;
+
 /// Any value, read as a `Value` parse reads it and dropped. (`IgnoredAny` only scans: it lets
 /// through what a `Value` parse refuses, such as invalid UTF-8 or a number out of range.)
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -3,10 +3,7 @@
 //! The event is relayed as sent, so nothing else of it is built. perf: a `Value` per event.
 
 use crate::canonical::usage_counts::AnthropicCounts;
-use crate::support::json_view::{members, not_an_object, Chars, MemberOf, TextAs};
-use serde::de::{Deserializer, MapAccess, Visitor};
-use serde::Deserialize;
-use std::fmt;
+use crate::support::json_view::{from_members, Chars, MemberOf, TextAs};
 
 /// The event types the pass-through acts on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,63 +55,18 @@ impl EventView {
 const MEMBERS: [&str; 4] = ["type", "message", "usage", "delta"];
 const DELTA: [&str; 3] = ["text", "partial_json", "thinking"];
 
-impl<'de> Deserialize<'de> for EventView {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(EventVisitor)
-    }
-}
-
-struct EventVisitor;
-
-impl<'de> Visitor<'de> for EventVisitor {
-    type Value = EventView;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("any value")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<EventView, A::Error> {
-        let mut view = EventView::default();
-        members(&mut map, &MEMBERS, |i, map| {
-            match i {
-                0 => view.kind = map.next_value_seed(TextAs(Kind::of))?,
-                1 => view.message_usage = map.next_value_seed(MemberOf::<AnthropicCounts>::new(&["usage"]))?,
-                2 => view.usage = map.next_value()?,
-                _ => view.delta = map.next_value::<Delta>()?.0,
-            }
-            Ok(())
-        })?;
-        Ok(view)
-    }
-
-    not_an_object!(EventView::default());
-}
+from_members!(EventView, MEMBERS, |view, i, map| match i {
+    0 => view.kind = map.next_value_seed(TextAs(Kind::of))?,
+    1 => view.message_usage = map.next_value_seed(MemberOf::<AnthropicCounts>::new(&["usage"]))?,
+    2 => view.usage = map.next_value()?,
+    _ => view.delta = map.next_value::<Delta>()?.0,
+});
 
 /// `delta`'s strings, counted.
 #[derive(Default)]
 struct Delta([Option<u64>; 3]);
 
-impl<'de> Deserialize<'de> for Delta {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Delta;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("any value")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Delta, A::Error> {
-                let mut out = Delta::default();
-                members(&mut map, &DELTA, |i, map| {
-                    out.0[i] = map.next_value::<Chars>()?.0;
-                    Ok(())
-                })?;
-                Ok(out)
-            }
-            not_an_object!(Delta::default());
-        }
-        d.deserialize_any(V)
-    }
-}
+from_members!(Delta, DELTA, |out, i, map| out.0[i] = map.next_value::<Chars>()?.0);
 
 #[cfg(test)]
 mod tests {

@@ -9,7 +9,7 @@
 //! not plainly valid; the caller then builds the form, whose checks answer as they always did.
 
 use super::request::LEFT_OUT;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 /// The facts of a request whose chat form builds and passes the chat checks.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -381,9 +381,4 @@ impl Tools {
             _ => false,
         }
     }
-}
-
-/// `metadata`, when it is an object.
-pub fn metadata(fields: &RequestFields) -> Option<&Map<String, Value>> {
-    fields.metadata.as_ref().and_then(Value::as_object)
 }

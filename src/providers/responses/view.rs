@@ -4,10 +4,7 @@
 //! perf: a `Value` per answer and per event (`response.completed` carries the whole response).
 
 use crate::canonical::usage_counts::{ResponsesCounts, UsageOf};
-use crate::support::json_view::{members, not_an_object, Count, TextAs};
-use serde::de::{Deserializer, MapAccess, Visitor};
-use serde::Deserialize;
-use std::fmt;
+use crate::support::json_view::{from_members, Count, TextAs};
 
 /// A JSON answer (`Value`'s rules: see `support::json_view`).
 #[derive(Debug, Default, PartialEq)]
@@ -19,30 +16,10 @@ pub struct AnswerView {
 
 const ANSWER: [&str; 2] = ["object", "usage"];
 
-impl<'de> Deserialize<'de> for AnswerView {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = AnswerView;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("any value")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<AnswerView, A::Error> {
-                let mut view = AnswerView::default();
-                members(&mut map, &ANSWER, |i, map| {
-                    match i {
-                        0 => view.is_response = map.next_value_seed(TextAs(|s| s == "response"))? == Some(true),
-                        _ => view.usage = map.next_value()?,
-                    }
-                    Ok(())
-                })?;
-                Ok(view)
-            }
-            not_an_object!(AnswerView::default());
-        }
-        d.deserialize_any(V)
-    }
-}
+from_members!(AnswerView, ANSWER, |view, i, map| match i {
+    0 => view.is_response = map.next_value_seed(TextAs(|s| s == "response"))? == Some(true),
+    _ => view.usage = map.next_value()?,
+});
 
 /// The event types the pass-through acts on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,35 +61,16 @@ pub struct EventView {
 
 const EVENT: [&str; 3] = ["type", "sequence_number", "response"];
 
-impl<'de> Deserialize<'de> for EventView {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = EventView;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("any value")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<EventView, A::Error> {
-                let mut view = EventView::default();
-                members(&mut map, &EVENT, |i, map| {
-                    match i {
-                        0 => view.kind = map.next_value_seed(TextAs(Kind::of))?,
-                        1 => view.sequence_number = map.next_value::<Count>()?.0,
-                        _ => view.usage = map.next_value::<UsageOf<ResponsesCounts>>()?.0,
-                    }
-                    Ok(())
-                })?;
-                Ok(view)
-            }
-            not_an_object!(EventView::default());
-        }
-        d.deserialize_any(V)
-    }
-}
+from_members!(EventView, EVENT, |view, i, map| match i {
+    0 => view.kind = map.next_value_seed(TextAs(Kind::of))?,
+    1 => view.sequence_number = map.next_value::<Count>()?.0,
+    _ => view.usage = map.next_value::<UsageOf<ResponsesCounts>>()?.0,
+});
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde::Deserialize;
     use serde_json::Value;
 
     fn counts(v: &Value) -> ResponsesCounts {
