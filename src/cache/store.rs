@@ -22,11 +22,12 @@ pub struct CacheSlot {
 
 impl CacheSlot {
     /// The entry for `body`, when it is a complete answer the cache may keep.
-    pub fn entry(&self, body: &str, usage: Option<Usage>, deployment: &str, now_ms: u64) -> Option<CachedAnswer> {
-        let value = serde_json::from_str::<Value>(body).ok()?;
+    pub fn entry(&self, body: &[u8], usage: Option<Usage>, deployment: &str, now_ms: u64) -> Option<CachedAnswer> {
+        let text = std::str::from_utf8(body).ok()?;
+        let value = serde_json::from_str::<Value>(text).ok()?;
         self.format
             .storable(&value)
-            .then(|| CachedAnswer::new(body.to_string(), usage, deployment.to_string(), now_ms, self.ttl_s))
+            .then(|| CachedAnswer::new(text.to_string(), usage, deployment.to_string(), now_ms, self.ttl_s))
     }
 }
 

@@ -68,7 +68,7 @@ impl VendorStep for ChatStep<'_> {
         providers::build_chat_from_raw(deployment, self.chat, body, credential, deployment.quirks.stream_options)
     }
 
-    fn translate(&self, deployment: &Deployment, body: &[u8], now_ms: u64) -> Result<Answer, UpstreamError> {
+    fn translate(&self, deployment: &Deployment, body: Vec<u8>, now_ms: u64) -> Result<Answer, UpstreamError> {
         let result = providers::translate_chat_response(deployment, body, now_ms / 1000)?;
         Ok(Answer { body: result.body, usage: result.usage })
     }

@@ -101,7 +101,7 @@ impl VendorStep for EmbeddingsStep<'_> {
         providers::build_embeddings(deployment, self.request, credential)
     }
 
-    fn translate(&self, deployment: &Deployment, body: &[u8], _now_ms: u64) -> Result<Answer, UpstreamError> {
+    fn translate(&self, deployment: &Deployment, body: Vec<u8>, _now_ms: u64) -> Result<Answer, UpstreamError> {
         let (body, usage) = providers::translate_embeddings_response(deployment, body)?;
         Ok(Answer { body, usage })
     }

@@ -269,7 +269,7 @@ impl VendorStep for MessagesStep<'_> {
         }
     }
 
-    fn translate(&self, deployment: &Deployment, body: &[u8], _now_ms: u64) -> Result<Answer, UpstreamError> {
+    fn translate(&self, deployment: &Deployment, body: Vec<u8>, _now_ms: u64) -> Result<Answer, UpstreamError> {
         match (deployment.provider, self.call) {
             (ProviderKind::Anthropic, MessagesCall::Create) => {
                 let (body, usage) = passthrough::read_answer(body)?;
@@ -281,8 +281,8 @@ impl VendorStep for MessagesStep<'_> {
                 Ok(Answer { body, usage: Some(Default::default()) })
             }
             (ProviderKind::Openai, MessagesCall::Create) => {
-                let (body, usage) = messages_openai::translate_response(body, &deployment.model)?;
-                Ok(Answer { body, usage })
+                let (body, usage) = messages_openai::translate_response(&body, &deployment.model)?;
+                Ok(Answer { body: body.into_bytes(), usage })
             }
         }
     }

@@ -259,7 +259,7 @@ impl VendorStep for InputTokensStep {
         responses::build_input_tokens(deployment, body, credential)
     }
 
-    fn translate(&self, _deployment: &Deployment, body: &[u8], _now_ms: u64) -> Result<Answer, UpstreamError> {
+    fn translate(&self, _deployment: &Deployment, body: Vec<u8>, _now_ms: u64) -> Result<Answer, UpstreamError> {
         let body = responses::translate_input_tokens(body)?;
         Ok(Answer { body, usage: Some(Usage::default()) })
     }
@@ -299,15 +299,14 @@ impl VendorStep for ResponsesStep<'_> {
         providers::build_chat(deployment, chat, credential, deployment.quirks.stream_options)
     }
 
-    fn translate(&self, deployment: &Deployment, body: &[u8], now_ms: u64) -> Result<Answer, UpstreamError> {
+    fn translate(&self, deployment: &Deployment, body: Vec<u8>, now_ms: u64) -> Result<Answer, UpstreamError> {
         if deployment.accepts(Api::Responses) {
             let (body, usage) = responses::translate_passthrough(body)?;
             return Ok(Answer { body, usage });
         }
         let completion = providers::translate_chat_response(deployment, body, now_ms / 1000)?;
-        let body =
-            answer::from_chat(self.template(), completion.body.as_bytes(), completion.usage.as_ref(), now_ms / 1000)?;
-        Ok(Answer { body, usage: completion.usage })
+        let body = answer::from_chat(self.template(), &completion.body, completion.usage.as_ref(), now_ms / 1000)?;
+        Ok(Answer { body: body.into_bytes(), usage: completion.usage })
     }
 
     fn stream(&self, deployment: &Deployment, now_ms: u64) -> Box<dyn ClientStream> {

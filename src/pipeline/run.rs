@@ -267,7 +267,7 @@ impl<'a> Driver<'a> {
         let (id, deployment) = self.trip.chain[index];
         let started_ms = clock.sent_ms();
         let translated = match upstream::read_body(&mut up) {
-            Ok(body) => self.step.translate(deployment, &body, now_ms()),
+            Ok(body) => self.step.translate(deployment, body, now_ms()),
             Err(e) => Err(e),
         };
         let signals = signals_of(&up, None);
@@ -288,7 +288,7 @@ impl<'a> Driver<'a> {
                 self.ctx.wait_until(CacheUse::store(slot.key, cached, self.trip.rc.env.clone()));
             }
         }
-        Ok(Reply::json(200, answer.body.into_bytes()))
+        Ok(Reply::json(200, answer.body))
     }
 
     async fn relay_stream(

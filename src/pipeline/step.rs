@@ -15,7 +15,8 @@ use crate::providers::{self, StreamEnd, StreamTranslator, UpstreamCall, Upstream
 /// A vendor's complete answer in the client's format.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Answer {
-    pub body: String,
+    /// perf: bytes, so a passed-through answer is moved, never copied into a `String`.
+    pub body: Vec<u8>,
     pub usage: Option<Usage>,
 }
 
@@ -26,7 +27,7 @@ pub trait VendorStep {
     fn build(&self, deployment: &Deployment, body: &[u8], credential: &str) -> Result<UpstreamCall, ApiError>;
 
     /// A successful (2xx) vendor body in the client's format, with the usage the vendor reported.
-    fn translate(&self, deployment: &Deployment, body: &[u8], now_ms: u64) -> Result<Answer, UpstreamError>;
+    fn translate(&self, deployment: &Deployment, body: Vec<u8>, now_ms: u64) -> Result<Answer, UpstreamError>;
 
     /// A translator for a streamed answer from `deployment`.
     fn stream(&self, deployment: &Deployment, now_ms: u64) -> Box<dyn ClientStream>;

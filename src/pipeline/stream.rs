@@ -138,7 +138,7 @@ impl Settlement {
         crate::support::promise::sleep(0).await;
         let AfterStream { mut outcome, cache_store, env } = self.after;
         if let (Some(body), Some(slot)) = (report.assembled.as_deref(), cache_store) {
-            if let Some(answer) = slot.entry(body, report.usage, &self.deployment_id, now_ms()) {
+            if let Some(answer) = slot.entry(body.as_bytes(), report.usage, &self.deployment_id, now_ms()) {
                 CacheUse::store(slot.key, answer, env.clone()).await;
             }
         }

@@ -91,21 +91,24 @@ pub fn build_embeddings(dep: &Deployment, body: &Value, credential: &str) -> Res
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChatResult {
     /// An OpenAI `chat.completion` JSON body for the client.
-    pub body: String,
+    pub body: Vec<u8>,
     pub usage: Option<Usage>,
 }
 
 /// Translates a successful (2xx) chat response. `created` (Unix seconds) stamps responses the
 /// gateway writes itself (Anthropic); OpenAI-compatible bodies pass through byte for byte.
-pub fn translate_chat_response(dep: &Deployment, body: &[u8], created: u64) -> Result<ChatResult, UpstreamError> {
+pub fn translate_chat_response(dep: &Deployment, body: Vec<u8>, created: u64) -> Result<ChatResult, UpstreamError> {
     match dep.provider {
         ProviderKind::Openai => openai::translate_chat_response(body),
-        ProviderKind::Anthropic => anthropic::translate_chat_response(body, created),
+        ProviderKind::Anthropic => anthropic::translate_chat_response(&body, created),
     }
 }
 
 /// Passes an embeddings body through and reads its usage (prompt tokens only).
-pub fn translate_embeddings_response(dep: &Deployment, body: &[u8]) -> Result<(String, Option<Usage>), UpstreamError> {
+pub fn translate_embeddings_response(
+    dep: &Deployment,
+    body: Vec<u8>,
+) -> Result<(Vec<u8>, Option<Usage>), UpstreamError> {
     match dep.provider {
         ProviderKind::Openai => openai::translate_embeddings_response(body),
         ProviderKind::Anthropic => Err(UpstreamError::malformed(200, "Anthropic has no embeddings API")),
@@ -274,6 +277,8 @@ fn headers(dep: &Deployment, credential: &str, own: &[(&str, &str)]) -> Vec<(Str
 }
 
 /// A 2xx body as JSON: empty means the vendor sent nothing (a breaker failure), garbage is a server error.
+/// A vendor's JSON answer read as `T`. `Ok` only for a body that is UTF-8, so that a door may pass
+/// it on as bytes without checking it again.
 fn read_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, UpstreamError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(UpstreamError::empty_response(200, "the upstream returned an empty body"));
@@ -335,11 +340,11 @@ mod tests {
         let anthropic = br#"{"id":"m","type":"message","role":"assistant","model":"c","stop_reason":"end_turn",
             "content":[{"type":"text","text":"Hi\ud800!"}],"usage":{"input_tokens":3,"output_tokens":2}}"#;
         // OpenAI-format bodies pass through byte for byte: the escape reaches the client intact.
-        let got = translate_chat_response(&deployment("openai"), openai, 1).unwrap();
-        assert_eq!((got.body.as_bytes(), got.usage.map(|u| u.output)), (&openai[..], Some(2)));
+        let got = translate_chat_response(&deployment("openai"), openai.to_vec(), 1).unwrap();
+        assert_eq!((&got.body[..], got.usage.map(|u| u.output)), (&openai[..], Some(2)));
         // Translated answers cannot hold the lone half in a Rust string: U+FFFD takes its place.
-        let got = translate_chat_response(&deployment("anthropic"), anthropic, 1).unwrap();
-        let v: Value = serde_json::from_str(&got.body).unwrap();
+        let got = translate_chat_response(&deployment("anthropic"), anthropic.to_vec(), 1).unwrap();
+        let v: Value = serde_json::from_slice(&got.body).unwrap();
         assert_eq!(v["choices"][0]["message"]["content"], "Hi\u{fffd}!");
         assert_eq!(got.usage.map(|u| u.output), Some(2));
     }
@@ -370,10 +375,10 @@ mod tests {
     #[test]
     fn empty_and_malformed_bodies_are_upstream_failures() {
         for dep in [deployment("openai"), deployment("anthropic")] {
-            let empty = translate_chat_response(&dep, b" \n", 0).unwrap_err();
+            let empty = translate_chat_response(&dep, b" \n".to_vec(), 0).unwrap_err();
             assert_eq!(empty.class, ErrorClass::EmptyResponse);
             assert!(empty.class.counts_for_breaker());
-            let garbage = translate_chat_response(&dep, b"<html>502</html>", 0).unwrap_err();
+            let garbage = translate_chat_response(&dep, b"<html>502</html>".to_vec(), 0).unwrap_err();
             assert_eq!(garbage.class, ErrorClass::ServerError);
         }
     }

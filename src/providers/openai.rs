@@ -130,26 +130,26 @@ struct AnswerShape {
     error: Option<IgnoredAny>,
 }
 
-pub(super) fn translate_chat_response(body: &[u8]) -> Result<ChatResult, UpstreamError> {
-    let shape: AnswerShape = read_json(body)?;
+pub(super) fn translate_chat_response(body: Vec<u8>) -> Result<ChatResult, UpstreamError> {
+    let shape: AnswerShape = read_json(&body)?;
     match shape.choices {
-        None if shape.error.is_some() => return Err(classify(ProviderKind::Openai, 200, None, body)),
+        None if shape.error.is_some() => return Err(classify(ProviderKind::Openai, 200, None, &body)),
         None => return Err(UpstreamError::malformed(200, "the upstream response has no choices")),
         Some(c) if c.is_empty() => return Err(UpstreamError::empty_response(200, "the upstream returned no choices")),
         Some(_) => {}
     }
     let usage = shape.usage.and_then(Usage::from_openai_counts);
-    Ok(ChatResult { body: String::from_utf8_lossy(body).into_owned(), usage })
+    Ok(ChatResult { body, usage })
 }
 
-pub(super) fn translate_embeddings_response(body: &[u8]) -> Result<(String, Option<Usage>), UpstreamError> {
-    let v = read_json(body)?;
-    reject_error_body(&v, body)?;
+pub(super) fn translate_embeddings_response(body: Vec<u8>) -> Result<(Vec<u8>, Option<Usage>), UpstreamError> {
+    let v = read_json(&body)?;
+    reject_error_body(&v, &body)?;
     if !v.get("data").is_some_and(Value::is_array) {
         return Err(UpstreamError::malformed(200, "the upstream embeddings response has no data"));
     }
     let usage = v.get("usage").and_then(Usage::from_openai);
-    Ok((String::from_utf8_lossy(body).into_owned(), usage))
+    Ok((body, usage))
 }
 
 /// Some compatible vendors answer 200 with an error body.
@@ -434,8 +434,8 @@ mod tests {
     fn response_passes_through_byte_for_byte() {
         let dep = deployment("openai");
         let body = fixture!("openai_response.json");
-        let r = translate_chat_response(&dep, body.as_bytes(), 0).unwrap();
-        assert_eq!(r.body, body);
+        let r = translate_chat_response(&dep, body.into(), 0).unwrap();
+        assert_eq!(r.body, body.as_bytes());
         assert_eq!(
             r.usage,
             Some(Usage { input: 9, output: 12, cached_read: 0, cache_write: 0, reasoning: 0, cache_write_1h: 0 })
@@ -445,7 +445,7 @@ mod tests {
     #[test]
     fn cached_and_reasoning_usage_normalized() {
         let dep = deployment("openai");
-        let r = translate_chat_response(&dep, fixture!("openai_response_reasoning_cached.json").as_bytes(), 0).unwrap();
+        let r = translate_chat_response(&dep, fixture!("openai_response_reasoning_cached.json").into(), 0).unwrap();
         assert_eq!(
             r.usage,
             Some(Usage {
@@ -457,7 +457,7 @@ mod tests {
                 cache_write_1h: 0
             })
         );
-        let r = translate_chat_response(&dep, fixture!("deepseek_response.json").as_bytes(), 0).unwrap();
+        let r = translate_chat_response(&dep, fixture!("deepseek_response.json").into(), 0).unwrap();
         assert_eq!(
             r.usage,
             Some(Usage { input: 13, output: 36, cached_read: 64, cache_write: 0, reasoning: 20, cache_write_1h: 0 })
@@ -467,20 +467,21 @@ mod tests {
     #[test]
     fn error_body_with_200_and_missing_choices() {
         let dep = deployment("openai");
-        let e = translate_chat_response(&dep, br#"{"error":{"message":"overloaded","type":"server_error"}}"#, 0)
-            .unwrap_err();
+        let e =
+            translate_chat_response(&dep, br#"{"error":{"message":"overloaded","type":"server_error"}}"#.to_vec(), 0)
+                .unwrap_err();
         assert_eq!(e.class, ErrorClass::ServerError);
-        let e = translate_chat_response(&dep, br#"{"id":"x","choices":[]}"#, 0).unwrap_err();
+        let e = translate_chat_response(&dep, br#"{"id":"x","choices":[]}"#.to_vec(), 0).unwrap_err();
         assert_eq!(e.class, ErrorClass::EmptyResponse);
-        let e = translate_chat_response(&dep, br#"{"id":"x"}"#, 0).unwrap_err();
+        let e = translate_chat_response(&dep, br#"{"id":"x"}"#.to_vec(), 0).unwrap_err();
         assert_eq!(e.class, ErrorClass::ServerError);
     }
 
     #[test]
     fn embeddings_usage() {
         let body = br#"{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.1]}],"model":"text-embedding-3-small","usage":{"prompt_tokens":8,"total_tokens":8}}"#;
-        let (out, usage) = translate_embeddings_response(body).unwrap();
-        assert_eq!(out.as_bytes(), body);
+        let (out, usage) = translate_embeddings_response(body.to_vec()).unwrap();
+        assert_eq!(out, body);
         assert_eq!(usage, Some(Usage { input: 8, ..Usage::default() }));
     }
 

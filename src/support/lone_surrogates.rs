@@ -23,11 +23,14 @@ pub fn parse<T: DeserializeOwned>(text: &str, what: &str) -> serde_json::Result<
     }
 }
 
-/// [`parse`] for bytes; invalid UTF-8 is refused as serde_json would.
+/// [`parse`] for bytes. `Ok` only for bytes that are UTF-8, so a caller may pass them on as text
+/// unchecked; serde_json's error says where they go wrong.
 pub fn parse_slice<T: DeserializeOwned>(bytes: &[u8], what: &str) -> serde_json::Result<T> {
     match std::str::from_utf8(bytes) {
         Ok(text) => parse(text, what),
-        Err(_) => serde_json::from_slice(bytes),
+        Err(_) => Err(serde_json::from_slice::<serde::de::IgnoredAny>(bytes)
+            .err()
+            .unwrap_or_else(|| serde::de::Error::custom("the text is not UTF-8"))),
     }
 }
 
@@ -108,5 +111,10 @@ mod tests {
         assert_eq!(v["t"], "😀");
         assert!(parse::<Value>(r#"{"t":"cut"#, "test").is_err(), "other errors stay errors");
         assert!(parse_slice::<Value>(b"{\"t\":\"\xff\"}", "test").is_err());
+        // Even where nothing is read, bytes that are not UTF-8 are refused: callers pass them on as text.
+        for bad in [&b"{\"t\":\"\xff\",\"u\":1}"[..], b"{\"t\":1}\xff", b"{\"\xc3\":1}", b"[\"\xed\xa0\x80\"]"] {
+            let err = parse_slice::<serde::de::IgnoredAny>(bad, "test").unwrap_err();
+            assert!(!err.to_string().is_empty());
+        }
     }
 }

@@ -71,11 +71,10 @@ pub fn build(
 }
 
 /// A JSON answer: the body as the vendor sent it, and its usage (none for count_tokens).
-pub fn read_answer(body: &[u8]) -> Result<(String, Option<Usage>), UpstreamError> {
-    let UsageOf(counts) = read_json::<UsageOf<AnthropicCounts>>(body)?;
+pub fn read_answer(body: Vec<u8>) -> Result<(Vec<u8>, Option<Usage>), UpstreamError> {
+    let UsageOf(counts) = read_json::<UsageOf<AnthropicCounts>>(&body)?;
     let usage = Usage::from_anthropic_counts(counts);
-    let text = String::from_utf8(body.to_vec()).map_err(|_| UpstreamError::malformed(200, "the body is not UTF-8"))?;
-    Ok((text, usage))
+    Ok((body, usage))
 }
 
 /// Relays an Anthropic SSE stream byte for byte and reads its usage on the way.
@@ -231,12 +230,17 @@ mod tests {
     #[test]
     fn json_answer_is_kept_and_usage_read() {
         let body = br#"{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"thinking","thinking":"","signature":"c2ln"},{"type":"text","text":"hi"}],"stop_reason":"end_turn","usage":{"input_tokens":5,"cache_creation_input_tokens":7,"cache_read_input_tokens":11,"cache_creation":{"ephemeral_5m_input_tokens":3,"ephemeral_1h_input_tokens":4},"output_tokens":20}}"#;
-        let (text, usage) = read_answer(body).unwrap();
-        assert_eq!(text.as_bytes(), body);
+        let (text, usage) = read_answer(body.to_vec()).unwrap();
+        assert_eq!(text, body);
         let u = usage.unwrap();
         assert_eq!((u.input, u.output, u.cached_read, u.cache_write), (5, 20, 11, 7));
-        assert_eq!(read_answer(br#"{"input_tokens":42}"#).unwrap().1, None);
-        assert_eq!(read_answer(b"").unwrap_err().class, ErrorClass::EmptyResponse);
+        assert_eq!(read_answer(br#"{"input_tokens":42}"#.to_vec()).unwrap().1, None);
+        assert_eq!(read_answer(Vec::new()).unwrap_err().class, ErrorClass::EmptyResponse);
+        // A body that is not UTF-8 is a malformed answer (the next deployment may serve it).
+        let at = body.windows(4).position(|w| w == b"\"hi\"").unwrap() + 2;
+        let mut broken = body.to_vec();
+        broken.insert(at, 0xff);
+        assert_eq!(read_answer(broken).unwrap_err().class, ErrorClass::ServerError);
     }
 
     const STREAM: &str = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"claude-sonnet-4-5\",\"usage\":{\"input_tokens\":25,\"cache_creation_input_tokens\":100,\"cache_read_input_tokens\":2000,\"output_tokens\":1}}}\n\n\

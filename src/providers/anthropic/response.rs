@@ -65,7 +65,7 @@ pub(in crate::providers) fn translate_chat_response(body: &[u8], created: u64) -
     };
     let body = serde_json::to_string(&completion)
         .map_err(|e| UpstreamError::malformed(200, format!("could not encode the response: {e}")))?;
-    Ok(ChatResult { body, usage })
+    Ok(ChatResult { body: body.into_bytes(), usage })
 }
 
 #[cfg(test)]
@@ -77,7 +77,8 @@ mod tests {
 
     fn golden(input: &str, expected: &str) -> Option<Usage> {
         let r = translate_chat_response(input.as_bytes(), CREATED).unwrap();
-        assert_eq!(r.body, expected.trim_end(), "got:\n{}", r.body);
+        let body = String::from_utf8(r.body).unwrap();
+        assert_eq!(body, expected.trim_end(), "got:\n{body}");
         r.usage
     }
 

@@ -45,25 +45,22 @@ pub fn build_input_tokens(dep: &Deployment, body: &[u8], credential: &str) -> Re
 }
 
 /// A vendor's input-token count, passed through as is.
-pub fn translate_input_tokens(body: &[u8]) -> Result<String, UpstreamError> {
-    let value = read_json::<serde_json::Value>(body)?;
+pub fn translate_input_tokens(body: Vec<u8>) -> Result<Vec<u8>, UpstreamError> {
+    let value = read_json::<serde_json::Value>(&body)?;
     if value.get("input_tokens").and_then(|n| n.as_u64()).is_none() {
         return Err(UpstreamError::malformed(200, "the upstream answer carries no input_tokens count"));
     }
-    String::from_utf8(body.to_vec())
-        .map_err(|_| UpstreamError::malformed(200, "the upstream returned a body that is not UTF-8"))
+    Ok(body)
 }
 
 /// A vendor's Responses JSON body, passed through as is, with its usage.
-pub fn translate_passthrough(body: &[u8]) -> Result<(String, Option<Usage>), UpstreamError> {
-    let view = read_json::<view::AnswerView>(body)?;
+pub fn translate_passthrough(body: Vec<u8>) -> Result<(Vec<u8>, Option<Usage>), UpstreamError> {
+    let view = read_json::<view::AnswerView>(&body)?;
     if !view.is_response {
         return Err(UpstreamError::malformed(200, "the upstream answer is not a Responses API response object"));
     }
     let usage = answer::usage_of_counts(view.usage);
-    let text = String::from_utf8(body.to_vec())
-        .map_err(|_| UpstreamError::malformed(200, "the upstream returned a body that is not UTF-8"))?;
-    Ok((text, usage))
+    Ok((body, usage))
 }
 
 #[cfg(test)]

@@ -376,12 +376,16 @@ fn passthrough_response_failed_is_a_failure_with_its_usage() {
 #[test]
 fn passthrough_json_keeps_body_and_reads_usage() {
     let body = fixture!("responses_response_reasoning.json");
-    let (text, usage) = translate_passthrough(body.as_bytes()).unwrap();
-    assert_eq!(text, body);
+    let (text, usage) = translate_passthrough(body.into()).unwrap();
+    assert_eq!(text, body.as_bytes());
     let u = usage.unwrap();
     assert_eq!((u.input, u.cached_read, u.output, u.reasoning), (1254, 1152, 1320, 1024));
-    assert_eq!(translate_passthrough(b"").unwrap_err().class, ErrorClass::EmptyResponse);
-    assert!(translate_passthrough(br#"{"object":"chat.completion"}"#).is_err());
+    assert_eq!(translate_passthrough(Vec::new()).unwrap_err().class, ErrorClass::EmptyResponse);
+    assert!(translate_passthrough(br#"{"object":"chat.completion"}"#.to_vec()).is_err());
+    // A body that is not UTF-8 is a malformed answer, as it was when the answer became a `String`.
+    let broken = body.replacen("answer is", "answer\u{0}is", 1).into_bytes();
+    let broken: Vec<u8> = broken.into_iter().map(|b| if b == 0 { 0xff } else { b }).collect();
+    assert_eq!(translate_passthrough(broken).unwrap_err().class, ErrorClass::ServerError);
 }
 
 #[test]
@@ -404,8 +408,8 @@ fn input_tokens_go_to_their_own_path_and_come_back_unchanged() {
     assert_eq!(call.url, "https://api.openai.com/v1/responses/input_tokens");
     assert_eq!(String::from_utf8_lossy(&call.body), r#"{"model":"gpt-4o-mini","input":"hi"}"#);
     let body = r#"{"object": "response.input_tokens", "input_tokens": 11}"#;
-    assert_eq!(translate_input_tokens(body.as_bytes()).unwrap(), body);
-    assert!(translate_input_tokens(br#"{"object": "response"}"#).is_err());
+    assert_eq!(translate_input_tokens(body.into()).unwrap(), body.as_bytes());
+    assert!(translate_input_tokens(br#"{"object": "response"}"#.to_vec()).is_err());
 }
 
 #[test]
