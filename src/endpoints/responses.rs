@@ -7,7 +7,7 @@
 use crate::auth::context::RequestContext;
 use crate::canonical::usage::Usage;
 use crate::canonical::ChatRequest;
-use crate::config::routes::{Api, Deployment};
+use crate::config::routes::{Api, Deployment, RouteTable};
 use crate::endpoints::responses_body::ResponsesBody;
 use crate::endpoints::route;
 use crate::http::codes;
@@ -19,7 +19,7 @@ use crate::pipeline::step::{Answer, ClientStream, VendorStep};
 use crate::providers::responses::facts::{Field, RequestFields};
 use crate::providers::responses::stream::{FromChat, PassThrough};
 use crate::providers::responses::{self, answer, request};
-use crate::providers::splice::Span;
+use crate::providers::splice::{self, Span};
 use crate::providers::{self, StreamEnd, StreamTranslator, UpstreamCall, UpstreamError};
 use crate::usage::record::{Ingress, RequestOutcome, RequestShape};
 use serde_json::{Map, Value};
@@ -76,8 +76,11 @@ pub fn parse(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
 
 pub async fn create(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context) -> Result<Reply, ApiError> {
     // One walk over the bytes reads a plain request; the rest (a refusal, a part only the chat form
-    // can judge) is parsed into a `Value` and judged by the form, as before.
-    let walked = ResponsesBody::parse(&body).ok();
+    // can judge) is parsed into a `Value` and judged by the form, as before. A request whose model
+    // has no deployment that speaks the Responses API needs the form anyway: it is not walked first.
+    let table = route::table(env, &rc).await;
+    let walk = table.as_ref().map_or(true, |t| may_pass_through(t, &rc, &body));
+    let walked = if walk { ResponsesBody::parse(&body).ok() } else { None };
     let plain = walked.as_ref().and_then(|w| Some((&w.fields, w.fields.facts()?)));
     let form = match plain {
         Some(_) => ChatForm::new(&body),
@@ -88,7 +91,7 @@ pub async fn create(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context)
         None => Read::of_value(form.req()),
     };
     let logical = rc.task.clone().unwrap_or_else(|| read.model.to_string());
-    let table = route::table(env, &rc).await?;
+    let table = table?;
     let model = route::model(&table, &rc, &logical)?;
     // Codex's `prompt_cache_key` is its session id: the session keeps one deployment while healthy.
     let session = rc.session_id.as_deref().or(read.session);
@@ -139,6 +142,16 @@ pub async fn create(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context)
         response.set_header(WARNING_HEADER, warning);
     }
     Ok(response)
+}
+
+/// Whether a deployment of the model the request names may take its body as it is; true when unsure
+/// (the walk's read is then the one that counts).
+fn may_pass_through(table: &RouteTable, rc: &RequestContext, body: &[u8]) -> bool {
+    let named = if rc.task.is_none() { splice::leading_model(body) } else { None };
+    let Some(model) = rc.task.as_deref().or(named.as_deref()).and_then(|m| table.models.get(m)) else {
+        return true;
+    };
+    model.chain.iter().any(|e| table.deployments.get(e.deployment()).is_none_or(|d| d.accepts(Api::Responses)))
 }
 
 /// What the door reads of a request, from the walk or from its `Value`.

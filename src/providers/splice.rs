@@ -35,7 +35,7 @@ pub fn splice_model(body: &[u8], model: &str) -> Result<Vec<u8>, ApiError> {
 /// As [`splice_model`], and every top-level `ceiling.field` that is an integer above
 /// `ceiling.most` becomes `ceiling.most` (any other value travels as sent, for the vendor to judge).
 pub fn splice_model_within(body: &[u8], model: &str, ceiling: Option<Ceiling>) -> Result<Vec<u8>, ApiError> {
-    let spans = top_level_spans(body, ceiling.map(|c| c.field)).ok_or_else(|| {
+    let spans = top_level_spans(body, ceiling.map(|c| c.field), false).ok_or_else(|| {
         ApiError::invalid_request(codes::INVALID_JSON, "The request body is not a valid JSON object.")
     })?;
     splice_spans(body, &spans, model, ceiling)
@@ -121,9 +121,18 @@ pub struct Span {
     pub end: usize,
 }
 
+/// The first top-level `model`, when it is a string: read no further than its member, so it is a
+/// hint (a later `model`, or a broken body after it, is for the door's own read to find).
+pub fn leading_model(body: &[u8]) -> Option<String> {
+    let spans = top_level_spans(body, None, true)?;
+    let span = spans.last()?;
+    serde_json::from_slice(&body[span.start..span.end]).ok()
+}
+
 /// The byte spans of the values of the top-level `model` keys (and `field` keys), in order;
-/// `None` if the body is not one well-formed JSON object.
-fn top_level_spans(body: &[u8], field: Option<&str>) -> Option<Vec<Span>> {
+/// `None` if the body is not one well-formed JSON object. With `first_model`, the spans up to the
+/// first `model`, the rest of the body unread.
+fn top_level_spans(body: &[u8], field: Option<&str>, first_model: bool) -> Option<Vec<Span>> {
     let mut scan = Scanner { bytes: body, pos: 0 };
     let mut spans = Vec::new();
     scan.ws();
@@ -144,6 +153,9 @@ fn top_level_spans(body: &[u8], field: Option<&str>) -> Option<Vec<Span>> {
             scan.value(0)?;
             if let Some(key) = key {
                 spans.push(Span { key, start, end: scan.pos });
+                if first_model && key == Key::Model {
+                    return Some(spans);
+                }
             }
             scan.ws();
             match scan.next()? {
@@ -380,5 +392,18 @@ mod tests {
         );
         // A key that is not UTF-8 is not a JSON body.
         assert_eq!(splice_model(b"{\"mo\xffdel\":1,\"model\":\"a\"}", "m").unwrap_err().code, codes::INVALID_JSON);
+    }
+
+    #[test]
+    fn the_leading_model_is_read_no_further_than_its_member() {
+        let read = |body: &str| leading_model(body.as_bytes());
+        assert_eq!(read(r#" {"model":"gpt-5","input":"hi"}"#).as_deref(), Some("gpt-5"));
+        assert_eq!(read(r#"{"input":[{"a":"}"}],"mod\u0065l":"m\u00e9"}"#).as_deref(), Some("m\u{e9}"));
+        // What follows the first model is left unread: a later one, or a broken tail.
+        assert_eq!(read(r#"{"model":"a","model":"b"}"#).as_deref(), Some("a"));
+        assert_eq!(read(r#"{"model":"a","input":[}"#).as_deref(), Some("a"));
+        for body in [r#"{"model":1}"#, r#"{"input":"hi"}"#, r#"{"input":[}"#, r#"["model"]"#, "", r#"{"model":"a"#] {
+            assert_eq!(read(body), None, "{body}");
+        }
     }
 }
