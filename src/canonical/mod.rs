@@ -340,7 +340,7 @@ impl ChatRequest {
     /// Characters of all text the model reads: messages, tool calls, tool definitions, schemas.
     pub fn text_chars(&self) -> usize {
         let chars = |s: &str| s.chars().count();
-        let json_chars = |v: &Value| if v.is_null() { 0 } else { v.to_string().chars().count() };
+        let json_chars = |v: &Value| if v.is_null() { 0 } else { written_chars(v) };
         let mut n = 0;
         for m in &self.messages {
             n += match &m.content {
@@ -369,10 +369,35 @@ impl ChatRequest {
     }
 }
 
+/// The characters of `v` written as compact JSON, counted as they are written.
+/// perf: an agent's tool schemas are kilobytes each; no string is made for them.
+fn written_chars(v: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            // Every byte but a UTF-8 continuation byte starts a character.
+            self.0 += bytes.iter().filter(|&&b| (b as i8) >= -0x40).count();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, v).map_or(0, |()| count.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn written_chars_count_what_to_string_writes() {
+        for v in [json!({"a": "é\u{1F600}\n\"x", "b": [1, 2.5, null, true], "c": {"ü": "\u{7f}\u{80}"}}), json!("")] {
+            assert_eq!(written_chars(&v), v.to_string().chars().count(), "{v}");
+        }
+    }
 
     fn parse(v: Value) -> Result<ChatRequest, ApiError> {
         ChatRequest::parse(v.to_string().as_bytes())
