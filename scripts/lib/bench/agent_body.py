@@ -4,9 +4,11 @@ system prompt in two cached blocks, fifteen tools with JSON schemas, and a twent
 text, tool calls and tool results (no thinking: the mock checks thinking signatures). With
 `--responses` a Responses request (Codex's): the same prompt as `instructions`, the tools as
 function tools beside a hosted one, and the history as input items, each turn's reasoning item
-carrying encrypted content. Deterministic, about 34 and 50 kB.
+carrying encrypted content. With `--chat` a chat completions request (the agents built on the
+OpenAI chat API): the prompt as a system message, the tools as functions, the history as
+assistant tool calls and tool messages. Deterministic, about 34, 50 and 33 kB.
 
-usage: agent_body.py MODEL [--responses]
+usage: agent_body.py MODEL [--responses | --chat]
 """
 import json
 import sys
@@ -47,10 +49,31 @@ def responses(model: str) -> dict:
     }
 
 
+def chat(model: str) -> dict:
+    tools = [{"type": "function", "function": {
+        "name": f"tool_{i}", "description": text(40, i),
+        "parameters": {"type": "object", "properties": {
+            f"arg{j}": {"type": "string", "description": text(12, i + j)} for j in range(4)},
+            "required": ["arg0"]},
+    }} for i in range(15)]
+    messages = [{"role": "system", "content": text(1000, 3)}, {"role": "user", "content": text(30, 1)}]
+    for turn in range(20):
+        messages.append({"role": "assistant", "content": text(25, turn), "tool_calls": [{
+            "id": f"call_{turn:04d}", "type": "function", "function": {
+                "name": f"tool_{turn % 15}", "arguments": json.dumps({"arg0": text(8, turn), "arg1": "src/lib.rs"})}}]})
+        messages.append({"role": "tool", "tool_call_id": f"call_{turn:04d}", "content": text(60, turn + 100)})
+    messages.append({"role": "user", "content": text(20, 7)})
+    return {"model": model, "messages": messages, "tools": tools, "tool_choice": "auto",
+            "parallel_tool_calls": False, "max_completion_tokens": 64, "user": "bench-session"}
+
+
 def main() -> None:
     model = sys.argv[1]
     if sys.argv[2:] == ["--responses"]:
         print(json.dumps(responses(model), separators=(",", ":")))
+        return
+    if sys.argv[2:] == ["--chat"]:
+        print(json.dumps(chat(model), separators=(",", ":")))
         return
     tools = [{
         "name": f"Tool{i}",

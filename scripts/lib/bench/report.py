@@ -36,6 +36,8 @@ TARGETS = {
     "mf_direct_responses": ("mock", "direct to the mock vendor's /v1/responses"),
     "mf_gateway_responses": ("miniflare", "gateway /v1/responses, passed through to an OpenAI deployment"),
     "mf_gateway_codex": ("miniflare", "gateway /v1/responses, a coding agent's 50 kB body, passed through to an OpenAI deployment"),
+    "mf_gateway_codex_chat": ("miniflare", "gateway /v1/responses, the same 50 kB body, translated to a chat completions deployment"),
+    "mf_gateway_chat_agent": ("miniflare", "gateway /v1/chat/completions, a coding agent's 33 kB body, passed through to an OpenAI deployment"),
     "mf_passthrough_stream": ("miniflare", "passthrough worker, a stream (the mock's slow stream)"),
     "mf_relay_stream": ("miniflare", "relay worker, the same stream (each chunk read and enqueued again in JS)"),
     "mf_native_stream": ("miniflare", "relay worker, the same stream written into a native (identity) stream"),
@@ -57,7 +59,8 @@ for _round in range(1, 10):
     TARGETS[f"mf_gateway_stream_r{_round}"] = ("miniflare", f"gateway, a stream (BENCH_COMPARE: this build, round {_round})")
     TARGETS[f"mf_compare_stream_r{_round}"] = ("miniflare", f"gateway, a stream (BENCH_COMPARE: the other build, round {_round})")
     for _door, _what in (("messages", "/v1/messages"), ("responses", "/v1/responses"), ("agent", "/v1/messages, an agent's body"),
-                         ("codex", "/v1/responses, an agent's body")):
+                         ("codex", "/v1/responses, an agent's body"), ("codex_chat", "/v1/responses, an agent's body translated"),
+                         ("chat_agent", "/v1/chat/completions, an agent's body")):
         TARGETS[f"mf_gateway_{_door}_r{_round}"] = ("miniflare", f"gateway {_what} (BENCH_COMPARE_DOORS: this build, round {_round})")
         TARGETS[f"mf_compare_{_door}_r{_round}"] = ("miniflare", f"gateway {_what} (BENCH_COMPARE_DOORS: the other build, round {_round})")
 HARNESS = {"mock": "—", "floor": "wrangler dev", "gateway": "wrangler dev", "floor_ni": "wrangler dev, inspector detached ²",
@@ -365,7 +368,8 @@ def render(results):
         p(f"| target | CPU ms/req | − passthrough | c={conns} req/s | ÷ passthrough | c=1 p50 (ms) | − passthrough |")
         p("|---|---:|---:|---:|---:|---:|---:|")
         for name in ("mf_passthrough", "mf_relay", "mf_rust_plain", "mf_rust_lean", "mf_gateway", "mf_gateway_limited", "mf_gateway_messages", "mf_gateway_agent",
-                     "mf_gateway_responses", "mf_gateway_codex", "mf_gateway_noconsumer", "mf_gateway_nolog_noqueue"):
+                     "mf_gateway_responses", "mf_gateway_codex", "mf_gateway_codex_chat", "mf_gateway_chat_agent",
+                     "mf_gateway_noconsumer", "mf_gateway_nolog_noqueue"):
             w, c = W.get(name), cpu_of(name)
             if not (w and w.get(1) and w.get(conns) and c):
                 continue
