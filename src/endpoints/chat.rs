@@ -7,19 +7,20 @@ use crate::cache::store::CacheUse;
 use crate::cache::AnswerFormat;
 use crate::canonical::ChatRequest;
 use crate::config::routes::{Api, Deployment};
-use crate::endpoints::route;
+use crate::endpoints::{chat_body, route};
 use crate::http::codes;
 use crate::http::error::ApiError;
 use crate::http::reply::Reply;
 use crate::pipeline::gate::Needs;
 use crate::pipeline::run::{self, Trip};
 use crate::pipeline::step::{Answer, ClientStream, VendorStep};
+use crate::providers::splice::Span;
 use crate::providers::{self, StreamTranslator, UpstreamCall, UpstreamError};
 use crate::usage::record::RequestOutcome;
 use worker::{Context, Env};
 
 pub async fn completions(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Context) -> Result<Reply, ApiError> {
-    let chat = ChatRequest::parse(&body)?;
+    let (chat, spans) = chat_body::read(&body)?;
     // A task header picks the logical model (e.g. `summary`, `code`); otherwise the request's model.
     let logical = rc.task.clone().unwrap_or_else(|| chat.model.clone());
     let table = route::table(env, &rc).await?;
@@ -49,12 +50,14 @@ pub async fn completions(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Con
         cache: Some(&cache),
         unserved: "No deployment of this model can serve this request.",
     };
-    run::run(trip, &ChatStep { chat: &chat }, env, ctx).await
+    run::run(trip, &ChatStep { chat: &chat, spans: spans.as_deref() }, env, ctx).await
 }
 
 /// Chat completions for every vendor: the canonical request translated to its format and back.
 pub struct ChatStep<'a> {
     pub chat: &'a ChatRequest,
+    /// Where the door's read found the `model` values (none when it read the body the plain way).
+    pub spans: Option<&'a [Span]>,
 }
 
 impl VendorStep for ChatStep<'_> {
@@ -65,7 +68,8 @@ impl VendorStep for ChatStep<'_> {
                 "This model's deployment does not accept chat completions.",
             ));
         }
-        providers::build_chat_from_raw(deployment, self.chat, body, credential, deployment.quirks.stream_options)
+        let raw = providers::Raw { body, spans: self.spans };
+        providers::build_chat_from_raw(deployment, self.chat, raw, credential, deployment.quirks.stream_options)
     }
 
     fn translate(&self, deployment: &Deployment, body: Vec<u8>, now_ms: u64) -> Result<Answer, UpstreamError> {

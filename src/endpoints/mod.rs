@@ -3,6 +3,7 @@
 
 pub mod admin;
 pub mod chat;
+mod chat_body;
 pub mod embeddings;
 pub mod health;
 pub mod messages;

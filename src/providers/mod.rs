@@ -61,10 +61,17 @@ pub fn build_chat(
 
 /// The chat request for `dep`, forwarded as the client's bytes (model spliced) when an
 /// OpenAI-format vendor would get nothing else changed; built from `req` otherwise.
+/// A client's body as it came, and where its top-level `model` values lie when the door found them.
+#[derive(Clone, Copy)]
+pub struct Raw<'a> {
+    pub body: &'a [u8],
+    pub spans: Option<&'a [splice::Span]>,
+}
+
 pub fn build_chat_from_raw(
     dep: &Deployment,
     req: &ChatRequest,
-    raw: &[u8],
+    raw: Raw,
     credential: &str,
     force_usage: bool,
 ) -> Result<UpstreamCall, ApiError> {

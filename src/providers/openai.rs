@@ -2,8 +2,8 @@
 //! one with a few quirks applied; responses and streams pass through, read only for usage.
 
 use super::chunk_view::ChunkView;
-use super::splice::splice_model;
-use super::{classify, endpoint, headers, read_json, ChatResult, StreamEnd, UpstreamCall, UpstreamError};
+use super::splice::{splice_model, splice_spans};
+use super::{classify, endpoint, headers, read_json, ChatResult, Raw, StreamEnd, UpstreamCall, UpstreamError};
 use crate::canonical::usage::Usage;
 use crate::canonical::usage_counts::OpenaiCounts;
 use crate::canonical::{ChatRequest, Content};
@@ -45,14 +45,18 @@ pub(super) fn build_chat(
 pub(super) fn passthrough_chat(
     dep: &Deployment,
     req: &ChatRequest,
-    raw: &[u8],
+    raw: Raw,
     credential: &str,
     force_usage: bool,
 ) -> Option<UpstreamCall> {
     if !needs_no_rewrite(dep, req, force_usage) {
         return None;
     }
-    let body = splice_model(raw, &dep.model).ok()?;
+    let body = match raw.spans {
+        Some(spans) => splice_spans(raw.body, spans, &dep.model, None),
+        None => splice_model(raw.body, &dep.model),
+    }
+    .ok()?;
     Some(UpstreamCall {
         url: endpoint(&dep.base_url, "/chat/completions"),
         headers: headers(dep, credential, &[]),
@@ -296,7 +300,7 @@ mod tests {
                                     "{case}"
                                 );
                             }
-                            match passthrough_chat(&dep, &req, raw.as_bytes(), "k", force) {
+                            match passthrough_chat(&dep, &req, Raw { body: raw.as_bytes(), spans: None }, "k", force) {
                                 Some(call) => {
                                     taken += 1;
                                     assert_eq!(
@@ -332,9 +336,12 @@ mod tests {
             {"role":"assistant","content":"plain"}]}"#;
         let req = ChatRequest::parse(raw.as_bytes()).unwrap();
         let mut dep = deployment("openai");
-        assert!(passthrough_chat(&dep, &req, raw.as_bytes(), "k", false).is_some(), "off: arrays pass through");
+        assert!(
+            passthrough_chat(&dep, &req, Raw { body: raw.as_bytes(), spans: None }, "k", false).is_some(),
+            "off: arrays pass through"
+        );
         dep.quirks.string_content = true;
-        assert!(passthrough_chat(&dep, &req, raw.as_bytes(), "k", false).is_none());
+        assert!(passthrough_chat(&dep, &req, Raw { body: raw.as_bytes(), spans: None }, "k", false).is_none());
         let body: Value = serde_json::from_slice(&build_chat(&dep, &req, "k", false).unwrap().body).unwrap();
         assert_eq!(body["messages"][0]["content"], "Be terse.");
         assert_eq!(body["messages"][1]["content"], "a\n\nb");
@@ -342,7 +349,10 @@ mod tests {
         assert_eq!(body["messages"][3]["content"], "plain");
         let plain = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
         let req = ChatRequest::parse(plain.as_bytes()).unwrap();
-        assert!(passthrough_chat(&dep, &req, plain.as_bytes(), "k", false).is_some(), "strings already");
+        assert!(
+            passthrough_chat(&dep, &req, Raw { body: plain.as_bytes(), spans: None }, "k", false).is_some(),
+            "strings already"
+        );
     }
 
     /// Structured outputs follow a schema's property order, so a rewritten body keeps the client's.
@@ -355,7 +365,10 @@ mod tests {
                 "properties":{"zeta":{"type":"string"},"alpha":{"type":"string"}}}}}]}"#;
         let req = ChatRequest::parse(raw.as_bytes()).unwrap();
         let dep = deployment("openai");
-        assert!(passthrough_chat(&dep, &req, raw.as_bytes(), "k", true).is_none(), "usage must be asked for");
+        assert!(
+            passthrough_chat(&dep, &req, Raw { body: raw.as_bytes(), spans: None }, "k", true).is_none(),
+            "usage must be asked for"
+        );
         let body = String::from_utf8(build_chat(&dep, &req, "k", true).unwrap().body).unwrap();
         let at = |needle: &str| body.find(needle).unwrap_or_else(|| panic!("{needle} in {body}"));
         assert!(at("\"reasoning\"") < at("\"answer\""), "{body}");
