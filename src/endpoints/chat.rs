@@ -26,9 +26,14 @@ pub async fn completions(rc: RequestContext, body: Vec<u8>, env: &Env, ctx: &Con
     let table = route::table(env, &rc).await?;
     let model = route::model(&table, &rc, &logical)?;
     let chain = table.chain(&logical, rc.random, rc.session_id.as_deref()).unwrap_or_default();
-    let deployments: Vec<&str> = chain.iter().map(|(id, _)| *id).collect();
-    let route = crate::cache::key::route_scope(&logical, &deployments);
-    let cache = CacheUse::decide(&model.cache, &chat, &rc, &route, &body);
+    // perf: the route's cache scope (a sorted copy of the chain's ids) only for a route that caches.
+    let cache = if model.cache.enabled {
+        let deployments: Vec<&str> = chain.iter().map(|(id, _)| *id).collect();
+        let route = crate::cache::key::route_scope(&logical, &deployments);
+        CacheUse::decide(&model.cache, &chat, &rc, &route, &body)
+    } else {
+        CacheUse::disabled()
+    };
     if let Some(answer) = cache.lookup(env, rc.started_ms).await {
         let mut outcome = RequestOutcome::new(&rc, &logical, chat.is_stream());
         outcome.describe(&chat);
