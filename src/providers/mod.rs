@@ -59,8 +59,6 @@ pub fn build_chat(
     }
 }
 
-/// The chat request for `dep`, forwarded as the client's bytes (model spliced) when an
-/// OpenAI-format vendor would get nothing else changed; built from `req` otherwise.
 /// A client's body as it came, and where its top-level `model` values lie when the door found them.
 #[derive(Clone, Copy)]
 pub struct Raw<'a> {
@@ -68,6 +66,8 @@ pub struct Raw<'a> {
     pub spans: Option<&'a [splice::Span]>,
 }
 
+/// The chat request for `dep`, forwarded as the client's bytes (model spliced) when an
+/// OpenAI-format vendor would get nothing else changed; built from `req` otherwise.
 pub fn build_chat_from_raw(
     dep: &Deployment,
     req: &ChatRequest,
@@ -283,9 +283,8 @@ fn headers(dep: &Deployment, credential: &str, own: &[(&str, &str)]) -> Vec<(Str
     out
 }
 
-/// A 2xx body as JSON: empty means the vendor sent nothing (a breaker failure), garbage is a server error.
-/// A vendor's JSON answer read as `T`. `Ok` only for a body that is UTF-8, so that a door may pass
-/// it on as bytes without checking it again.
+/// A 2xx body as JSON: empty means the vendor sent nothing (a breaker failure), garbage is a server
+/// error. `Ok` only for a body that is UTF-8, so a door may pass it on as bytes unchecked.
 fn read_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, UpstreamError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(UpstreamError::empty_response(200, "the upstream returned an empty body"));
