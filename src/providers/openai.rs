@@ -2,7 +2,7 @@
 //! one with a few quirks applied; responses and streams pass through, read only for usage.
 
 use super::chunk_view::ChunkView;
-use super::splice::{splice_model, splice_spans};
+use super::splice::splice_at;
 use super::{classify, endpoint, headers, read_json, ChatResult, Raw, StreamEnd, UpstreamCall, UpstreamError};
 use crate::canonical::usage::Usage;
 use crate::canonical::usage_counts::OpenaiCounts;
@@ -52,11 +52,7 @@ pub(super) fn passthrough_chat(
     if !needs_no_rewrite(dep, req, force_usage) {
         return None;
     }
-    let body = match raw.spans {
-        Some(spans) => splice_spans(raw.body, spans, &dep.model, None),
-        None => splice_model(raw.body, &dep.model),
-    }
-    .ok()?;
+    let body = splice_at(raw.body, raw.spans, &dep.model, None).ok()?;
     Some(UpstreamCall {
         url: endpoint(&dep.base_url, "/chat/completions"),
         headers: headers(dep, credential, &[]),

@@ -26,6 +26,19 @@ impl<'a> Ceiling<'a> {
     }
 }
 
+/// The splice at the places the door's read found, or found by scanning the body when it has none.
+pub fn splice_at(
+    body: &[u8],
+    spans: Option<&[Span]>,
+    model: &str,
+    ceiling: Option<Ceiling>,
+) -> Result<Vec<u8>, ApiError> {
+    match spans {
+        Some(spans) => splice_spans(body, spans, model, ceiling),
+        None => splice_model_within(body, model, ceiling),
+    }
+}
+
 /// Replaces the value of every top-level `"model"` key with `model`, leaving every other byte as
 /// it was. The body must be a JSON object whose `model` is a string.
 pub fn splice_model(body: &[u8], model: &str) -> Result<Vec<u8>, ApiError> {

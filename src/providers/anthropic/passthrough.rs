@@ -14,7 +14,7 @@ use crate::canonical::usage_counts::{AnthropicCounts, UsageOf};
 use crate::config::routes::{Deployment, ProviderKind};
 use crate::http::error::ApiError;
 use crate::http::sse::SseParser;
-use crate::providers::splice::{splice_model_within, splice_spans, Ceiling, Span};
+use crate::providers::splice::{splice_at, Ceiling, Span};
 use crate::providers::{classify, endpoint, headers, read_json, StreamEnd, UpstreamCall, UpstreamError};
 
 /// What of the client's request travels upstream as sent: the Anthropic headers and the query
@@ -48,10 +48,7 @@ pub fn build(
     call: MessagesCall,
 ) -> Result<UpstreamCall, ApiError> {
     let ceiling = Ceiling::max_output(dep, CEILING_FIELD);
-    let body = match spans {
-        Some(spans) => splice_spans(body, spans, &dep.model, ceiling)?,
-        None => splice_model_within(body, &dep.model, ceiling)?,
-    };
+    let body = splice_at(body, spans, &dep.model, ceiling)?;
     let version =
         client.version.as_deref().or(dep.quirks.anthropic_version.as_deref()).unwrap_or(DEFAULT_VERSION).to_string();
     let mut own = vec![("anthropic-version", version.as_str())];

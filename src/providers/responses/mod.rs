@@ -11,7 +11,7 @@ pub mod request;
 pub mod stream;
 mod view;
 
-use super::splice::{splice_model_within, splice_spans, Ceiling, Span};
+use super::splice::{splice_at, Ceiling, Span};
 use super::{endpoint, headers, read_json, UpstreamCall, UpstreamError};
 use crate::canonical::usage::Usage;
 use crate::config::routes::Deployment;
@@ -30,10 +30,7 @@ pub fn build_passthrough(
     credential: &str,
 ) -> Result<UpstreamCall, ApiError> {
     let ceiling = Ceiling::max_output(dep, CEILING_FIELD);
-    let body = match spans {
-        Some(spans) => splice_spans(body, spans, &dep.model, ceiling)?,
-        None => splice_model_within(body, &dep.model, ceiling)?,
-    };
+    let body = splice_at(body, spans, &dep.model, ceiling)?;
     Ok(UpstreamCall { url: endpoint(&dep.base_url, "/responses"), headers: headers(dep, credential, &[]), body })
 }
 
