@@ -65,15 +65,7 @@ fn message(v: Value, at: &Path) -> Decoded<Message> {
 }
 
 fn role(v: Value, at: &Path) -> Decoded<Role> {
-    Ok(match v.as_str() {
-        Some("system") => Role::System,
-        Some("developer") => Role::Developer,
-        Some("user") => Role::User,
-        Some("assistant") => Role::Assistant,
-        Some("tool") => Role::Tool,
-        Some("function") => Role::Function,
-        _ => return Err(invalid_type(&at.render(), "one of the roles", &v)),
-    })
+    v.as_str().and_then(super::facts::role_named).ok_or_else(|| invalid_type(&at.render(), "one of the roles", &v))
 }
 
 fn content(v: Value, at: &Path) -> Decoded<Content> {

@@ -10,8 +10,11 @@ use crate::http::error::ApiError;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+pub use facts::ChatFacts;
+
 pub mod completion;
 mod decode;
+pub mod facts;
 mod path;
 pub mod usage;
 pub mod usage_counts;
@@ -371,7 +374,7 @@ impl ChatRequest {
 
 /// The characters of `v` written as compact JSON, counted as they are written.
 /// perf: an agent's tool schemas are kilobytes each; no string is made for them.
-fn written_chars(v: &Value) -> usize {
+pub(crate) fn written_chars(v: &Value) -> usize {
     struct Count(usize);
     impl std::io::Write for Count {
         fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {

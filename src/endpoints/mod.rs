@@ -4,6 +4,7 @@
 pub mod admin;
 pub mod chat;
 mod chat_body;
+mod chat_walk;
 pub mod embeddings;
 pub mod health;
 pub mod messages;

@@ -1,7 +1,7 @@
 //! The capability gate: a deployment that declares it lacks what the request needs (tools, JSON
 //! mode, vision, context window) is skipped; an undeclared capability passes with a warning.
 
-use crate::canonical::ChatRequest;
+use crate::canonical::{ChatFacts, ChatRequest};
 use crate::config::routes::Capabilities;
 
 /// What a request needs from a deployment.
@@ -15,6 +15,11 @@ pub struct Needs {
 }
 
 impl Needs {
+    /// [`Needs::of`], from the facts the door read.
+    pub fn of_facts(f: &ChatFacts) -> Needs {
+        Needs { tools: f.tools, json_mode: f.json_mode, vision: f.vision, context_tokens: 0 }
+    }
+
     /// What a chat-shaped request asks of a deployment (the context size is not estimated here).
     pub fn of(chat: &ChatRequest) -> Needs {
         Needs {

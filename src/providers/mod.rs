@@ -27,7 +27,7 @@ pub use error_class::{classify, stream_error_event, ErrorClass, UpstreamError};
 pub use retry_after::parse_retry_after;
 
 use crate::canonical::usage::Usage;
-use crate::canonical::ChatRequest;
+use crate::canonical::{ChatFacts, ChatRequest};
 use crate::config::routes::{AuthScheme, Deployment, ProviderKind};
 use crate::http::codes;
 use crate::http::error::ApiError;
@@ -67,20 +67,21 @@ pub struct Raw<'a> {
 }
 
 /// The chat request for `dep`, forwarded as the client's bytes (model spliced) when an
-/// OpenAI-format vendor would get nothing else changed; built from `req` otherwise.
-pub fn build_chat_from_raw(
+/// OpenAI-format vendor would get nothing else changed (`facts` tell); built from `req` otherwise.
+pub fn build_chat_from_raw<'a>(
     dep: &Deployment,
-    req: &ChatRequest,
+    facts: &ChatFacts,
+    req: impl FnOnce() -> &'a ChatRequest,
     raw: Raw,
     credential: &str,
     force_usage: bool,
 ) -> Result<UpstreamCall, ApiError> {
     if dep.provider == ProviderKind::Openai {
-        if let Some(call) = openai::passthrough_chat(dep, req, raw, credential, force_usage) {
+        if let Some(call) = openai::passthrough_chat(dep, facts, raw, credential, force_usage) {
             return Ok(call);
         }
     }
-    build_chat(dep, req, credential, force_usage)
+    build_chat(dep, req(), credential, force_usage)
 }
 
 /// Builds an embeddings request; only OpenAI-compatible vendors have one.

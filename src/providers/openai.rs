@@ -6,7 +6,7 @@ use super::splice::splice_at;
 use super::{classify, endpoint, headers, read_json, ChatResult, Raw, StreamEnd, UpstreamCall, UpstreamError};
 use crate::canonical::usage::Usage;
 use crate::canonical::usage_counts::OpenaiCounts;
-use crate::canonical::{ChatRequest, Content};
+use crate::canonical::{ChatFacts, ChatRequest, Content};
 use crate::config::routes::{Deployment, MaxTokensField, ProviderKind};
 use crate::http::codes;
 use crate::http::error::ApiError;
@@ -44,12 +44,12 @@ pub(super) fn build_chat(
 /// request [`build_chat`] would send (see [`needs_no_rewrite`]); `None` when something must change.
 pub(super) fn passthrough_chat(
     dep: &Deployment,
-    req: &ChatRequest,
+    facts: &ChatFacts,
     raw: Raw,
     credential: &str,
     force_usage: bool,
 ) -> Option<UpstreamCall> {
-    if !needs_no_rewrite(dep, req, force_usage) {
+    if !needs_no_rewrite(dep, facts, force_usage) {
         return None;
     }
     let body = splice_at(raw.body, raw.spans, &dep.model, None).ok()?;
@@ -62,7 +62,7 @@ pub(super) fn passthrough_chat(
 
 /// Whether [`build_chat`] would change nothing but the model: the output cap already in the
 /// field the vendor takes (or no default to fill in), and `stream_options` already as it must be.
-fn needs_no_rewrite(dep: &Deployment, req: &ChatRequest, force_usage: bool) -> bool {
+fn needs_no_rewrite(dep: &Deployment, req: &ChatFacts, force_usage: bool) -> bool {
     let cap = dep.output_cap(req.max_output_tokens());
     let within = |sent: Option<u64>| sent.is_none_or(|s| dep.within_max_output(s) == s);
     let cap_as_is = match dep.quirks.max_tokens_field {
@@ -74,13 +74,9 @@ fn needs_no_rewrite(dep: &Deployment, req: &ChatRequest, force_usage: bool) -> b
                 && (req.max_output_tokens().is_some() || cap.is_none())
         }
     };
-    let options_as_is = if !dep.quirks.stream_options || !req.is_stream() {
-        req.stream_options.is_none()
-    } else {
-        !force_usage || req.wants_usage()
-    };
-    let content_as_is = !dep.quirks.string_content
-        || !req.messages.iter().any(|m| m.content.as_ref().is_some_and(Content::is_text_parts));
+    let options_as_is =
+        if !dep.quirks.stream_options || !req.stream { !req.stream_options } else { !force_usage || req.wants_usage };
+    let content_as_is = !dep.quirks.string_content || !req.text_parts;
     cap_as_is && options_as_is && content_as_is
 }
 
@@ -296,7 +292,13 @@ mod tests {
                                     "{case}"
                                 );
                             }
-                            match passthrough_chat(&dep, &req, Raw { body: raw.as_bytes(), spans: None }, "k", force) {
+                            match passthrough_chat(
+                                &dep,
+                                &ChatFacts::of(&req),
+                                Raw { body: raw.as_bytes(), spans: None },
+                                "k",
+                                force,
+                            ) {
                                 Some(call) => {
                                     taken += 1;
                                     assert_eq!(
@@ -333,11 +335,13 @@ mod tests {
         let req = ChatRequest::parse(raw.as_bytes()).unwrap();
         let mut dep = deployment("openai");
         assert!(
-            passthrough_chat(&dep, &req, Raw { body: raw.as_bytes(), spans: None }, "k", false).is_some(),
+            passthrough_chat(&dep, &ChatFacts::of(&req), Raw { body: raw.as_bytes(), spans: None }, "k", false)
+                .is_some(),
             "off: arrays pass through"
         );
         dep.quirks.string_content = true;
-        assert!(passthrough_chat(&dep, &req, Raw { body: raw.as_bytes(), spans: None }, "k", false).is_none());
+        assert!(passthrough_chat(&dep, &ChatFacts::of(&req), Raw { body: raw.as_bytes(), spans: None }, "k", false)
+            .is_none());
         let body: Value = serde_json::from_slice(&build_chat(&dep, &req, "k", false).unwrap().body).unwrap();
         assert_eq!(body["messages"][0]["content"], "Be terse.");
         assert_eq!(body["messages"][1]["content"], "a\n\nb");
@@ -346,7 +350,8 @@ mod tests {
         let plain = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
         let req = ChatRequest::parse(plain.as_bytes()).unwrap();
         assert!(
-            passthrough_chat(&dep, &req, Raw { body: plain.as_bytes(), spans: None }, "k", false).is_some(),
+            passthrough_chat(&dep, &ChatFacts::of(&req), Raw { body: plain.as_bytes(), spans: None }, "k", false)
+                .is_some(),
             "strings already"
         );
     }
@@ -362,7 +367,8 @@ mod tests {
         let req = ChatRequest::parse(raw.as_bytes()).unwrap();
         let dep = deployment("openai");
         assert!(
-            passthrough_chat(&dep, &req, Raw { body: raw.as_bytes(), spans: None }, "k", true).is_none(),
+            passthrough_chat(&dep, &ChatFacts::of(&req), Raw { body: raw.as_bytes(), spans: None }, "k", true)
+                .is_none(),
             "usage must be asked for"
         );
         let body = String::from_utf8(build_chat(&dep, &req, "k", true).unwrap().body).unwrap();

@@ -7,7 +7,7 @@ const TOKENS_PER_MESSAGE: u64 = 4;
 /// Output reserved when neither the client nor the deployment names a maximum.
 pub const DEFAULT_OUTPUT_TOKENS: u64 = 1024;
 
-use crate::canonical::ChatRequest;
+use crate::canonical::{ChatFacts, ChatRequest};
 use serde::{Deserialize, Serialize};
 
 /// What the limiter's token estimate was computed from, kept to re-derive it for billing.
@@ -27,6 +27,16 @@ fn one() -> u64 {
 }
 
 impl RequestShape {
+    /// A chat request's shape, from the facts the door read.
+    pub fn of_facts(f: &ChatFacts) -> RequestShape {
+        RequestShape {
+            text_chars: f.text_chars,
+            messages: f.messages,
+            max_output: f.max_output_tokens(),
+            choices: f.choices,
+        }
+    }
+
     /// A chat request's shape.
     pub fn of(chat: &ChatRequest) -> RequestShape {
         RequestShape {

@@ -3,7 +3,7 @@
 
 use crate::auth::context::RequestContext;
 use crate::canonical::usage::Usage;
-use crate::canonical::ChatRequest;
+use crate::canonical::ChatFacts;
 use crate::config::routes::Deployment;
 use crate::http::error::ApiError;
 use crate::providers::UpstreamError;
@@ -157,8 +157,8 @@ impl RequestOutcome {
 
     /// Records what the usage event needs from a chat request: tags, end user, estimate inputs.
     /// Returns the request's shape, so callers need not walk its text a second time.
-    pub fn describe(&mut self, chat: &ChatRequest) -> RequestShape {
-        self.describe_as(chat.metadata.as_ref(), chat.user.as_deref(), RequestShape::of(chat))
+    pub fn describe(&mut self, chat: &ChatFacts) -> RequestShape {
+        self.describe_as(chat.metadata.as_ref(), chat.user.as_deref(), RequestShape::of_facts(chat))
     }
 
     /// The request's tags from `metadata`, its end user and its shape, however they were read.
