@@ -1,6 +1,6 @@
 //! The chat door's walk over a body's bytes, for a request it may pass through: the facts the
 //! pipeline reads, and where `model` lies, without a `Value` of the messages or a `ChatRequest`.
-//! perf: parsing an agent's 33 kB body into a `Value` was 92 µs of the door's 110–121, natively.
+//! perf: the door's read of an agent's 33 kB body fell from 117 to 36 µs, natively.
 //!
 //! The walk answers only for a body it is sure [`ChatRequest::parse`] accepts, with the facts
 //! that request gives ([`ChatFacts::of`]). For anything else (a fault, a checked member named
@@ -52,6 +52,7 @@ macro_rules! through {
     };
 }
 
+/// A body's top level: `model` (with its places), the messages' and tools' sums, the rest as read.
 #[derive(Default)]
 struct Top {
     places: Places,
