@@ -92,6 +92,7 @@ impl<'de> Deserialize<'de> for Top {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::endpoints::chat_walk::tests::odd_values;
     use crate::providers::splice::{splice_model, splice_spans};
     use serde_json::json;
 
@@ -106,32 +107,6 @@ mod tests {
             "tool_choice": "auto", "max_tokens": 64, "stream": false, "stream_options": null, "user": "u", "n": 1,
             "metadata": {"k": "v"}, "vendor_thing": [1, {"x": 2}]
         })
-    }
-
-    /// Odd values for a member: every JSON kind, deep nesting, escapes, and what `Value` treats specially.
-    fn odd_values() -> Vec<String> {
-        let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
-        let mut out: Vec<String> = [
-            "null",
-            "true",
-            "0",
-            "-1",
-            "1.5",
-            "1e400",
-            "\"\"",
-            "\"gpt\\u00e9\"",
-            "\"\\ud800\"",
-            "\"a\\\"b\"",
-            "[]",
-            "{}",
-            "[\"x\"]",
-            "{\"model\":\"y\"}",
-            "{\"$serde_json::private::RawValue\":\"1\"}",
-        ]
-        .map(String::from)
-        .to_vec();
-        out.extend([deep(1), deep(126), deep(127), deep(128), deep(200)]);
-        out
     }
 
     /// The same request or the same error as the plain parse, and the same splice as the scan's.

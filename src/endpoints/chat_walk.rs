@@ -713,7 +713,7 @@ impl<'de> Visitor<'de> for Plain {
 through!(Plain, deserialize_any, Plain);
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::endpoints::chat_body;
     use serde_json::json;
@@ -751,7 +751,7 @@ mod tests {
 
     /// Values for any place in a request: each JSON kind, escapes, depths, what the checks ask
     /// for somewhere, and what `Value` reads in its own way.
-    fn odd_values() -> Vec<String> {
+    pub(in crate::endpoints) fn odd_values() -> Vec<String> {
         let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
         let mut out: Vec<String> = [
             "null",
