@@ -36,8 +36,21 @@ impl<'a> ChatRead<'a> {
 
     /// The typed request. A walked body parses: the walk answers only for those.
     pub fn chat(&self) -> &ChatRequest {
-        self.chat.get_or_init(|| ChatRequest::parse(self.body).unwrap_or_default())
+        self.chat.get_or_init(|| {
+            ChatRequest::parse(self.body).unwrap_or_else(|e| {
+                log_gap(&e);
+                ChatRequest::default()
+            })
+        })
     }
+}
+
+/// The walk answered for a body the parse refuses: a gap in the walk, logged so it is found.
+fn log_gap(error: &ApiError) {
+    #[cfg(target_arch = "wasm32")]
+    worker::console_error!("{}", serde_json::json!({"event": "chat_walk_gap", "error": error.message}));
+    #[cfg(not(target_arch = "wasm32"))]
+    let _ = error;
 }
 
 /// The request and, when the placed read took the body, where its `model` values lie.

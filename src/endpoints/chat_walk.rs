@@ -6,7 +6,7 @@
 //! that request gives ([`ChatFacts::of`]). For anything else (a fault, a checked member named
 //! twice, serde_json's raw-value key) it answers `None`, and the door parses the body: that
 //! parse's request or error is the door's, as before. Members it does not count are read as a
-//! `Value` (the top level's small ones, a tool's `function`, an image) or skipped as one is read.
+//! `Value` (the top level's small ones, an image) or skipped as one is read.
 
 use crate::canonical::facts::role_named;
 use crate::canonical::{written_chars, ChatFacts, ChatRequest, Role};
@@ -519,7 +519,8 @@ through!(FunctionDef, deserialize_map, FunctionDefVisitor);
 
 /// A value's characters as compact JSON, as [`written_chars`] counts the `Value` a parse makes of
 /// it, and whether it is an object; `None` for null. `keys` holds the hashes of the names of the
-/// objects being read: a name twice in one (or two names of one hash) makes the walk unsure.
+/// objects being read (nested ones above their parent's): a name twice in one object (or two names
+/// of one hash) makes the walk unsure, since a `Value` keeps one.
 struct Written<'k> {
     keys: &'k mut Vec<u64>,
 }
@@ -573,12 +574,15 @@ impl<'de> Visitor<'de> for Written<'_> {
         let start = self.keys.len();
         let mut chars = 1;
         while let Some((hash, name)) = map.next_key_seed(KeyChars)? {
-            if self.keys[start..].contains(&hash) {
-                return Err(unsure());
-            }
             self.keys.push(hash);
             let value = map.next_value_seed(Written { keys: &mut *self.keys })?;
             chars += name + 1 + value.map_or(4, |(_, n)| n) + 1;
+        }
+        // Sorted once at the end, not searched per name: a hostile object of many names stays linear-log.
+        let names = &mut self.keys[start..];
+        names.sort_unstable();
+        if names.windows(2).any(|pair| pair[0] == pair[1]) {
+            return Err(unsure());
         }
         self.keys.truncate(start);
         Ok(Some((true, chars.max(2))))
@@ -688,7 +692,7 @@ impl Visitor<'_> for Name {
 }
 
 /// Any value, read as a `Value` parse reads it and dropped; an object holding the raw-value key
-/// (which a `Value` reads in its own way) makes the walk unsure.
+/// (which a `Value` reads in its own way) makes the walk unsure, which `json_view::Skip` lets by.
 struct Plain;
 
 impl<'de> Visitor<'de> for Plain {
@@ -853,10 +857,17 @@ pub(super) mod tests {
                     let mut replaced = base.clone();
                     object_at(&mut replaced, at).insert(key.to_string(), Value::from("\u{1}odd"));
                     texts.push(replaced.to_string().replacen("\"\\u0001odd\"", &odd, 1));
+                    let member = format!("{}:{odd}", Value::from(key));
                     let mut twice = base.clone();
                     object_at(&mut twice, at).insert("\u{1}twice".to_string(), Value::Null);
-                    let member = format!("{}:{odd}", Value::from(key));
                     texts.push(twice.to_string().replacen("\"\\u0001twice\":null", &member, 1));
+                    // Sent a second time before the first, so a raw-value key comes first too.
+                    let mut first = base.clone();
+                    let object = object_at(&mut first, at);
+                    let rest = std::mem::take(object);
+                    object.insert("\u{1}twice".to_string(), Value::Null);
+                    object.extend(rest);
+                    texts.push(first.to_string().replacen("\"\\u0001twice\":null", &member, 1));
                 }
                 for text in texts {
                     bodies += 1;
@@ -864,7 +875,7 @@ pub(super) mod tests {
                 }
             }
         }
-        assert!(bodies > 5_000 && walked > 1_000, "{walked} of {bodies} walked");
+        assert!(bodies > 15_000 && walked > 5_000, "{walked} of {bodies} walked");
     }
 
     #[test]
@@ -933,6 +944,31 @@ pub(super) mod tests {
             let counted = Written { keys: &mut Vec::new() }.deserialize(&mut serde_json::Deserializer::from_str(twice));
             assert!(counted.is_err(), "{twice}");
         }
+    }
+
+    #[test]
+    fn layout_escaped_names_depth_and_wide_schemas_agree() {
+        assert!(agree(&serde_json::to_string_pretty(&rich()).unwrap()), "a pretty-printed request is walked");
+        // A checked name written with an escape is the same name: named twice.
+        let escaped = r#"{"model":"m","messages":[{"role":"user","r\u006fle":"user","content":"hi"}]}"#;
+        assert!(!agree(escaped));
+        // serde_json's depth limit, reached inside a message and inside a tool's parameters.
+        for n in 118..=130 {
+            let deep = format!("{}{}", "[".repeat(n), "]".repeat(n));
+            let mut v = rich();
+            v["messages"][0]["x"] = Value::from("\u{1}odd");
+            v["tools"][0]["function"]["parameters"]["properties"]["a"] = Value::from("\u{1}odd");
+            let text = v.to_string();
+            agree(&text.replacen("\"\\u0001odd\"", &deep, 1));
+            agree(&text.replacen("\"\\u0001odd\"", "1", 1).replacen("\"\\u0001odd\"", &deep, 1));
+        }
+        // A schema of many names is walked (the check for a name twice is not a search per name).
+        let mut v = rich();
+        let wide: Map<String, Value> = (0..20_000).map(|i| (format!("k{i}"), Value::from(i))).collect();
+        v["tools"][0]["function"]["parameters"]["properties"] = Value::Object(wide);
+        let text = v.to_string();
+        assert!(agree(&text));
+        assert!(!agree(&text.replacen("\"k19999\":19999", "\"k19999\":19999,\"k7\":1", 1)));
     }
 
     #[test]
