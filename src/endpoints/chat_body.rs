@@ -4,7 +4,7 @@
 //! scanning the body again (perf: 22 µs of an agent's 33 kB, natively).
 
 use crate::canonical::{ChatFacts, ChatRequest};
-use crate::endpoints::chat_walk;
+use crate::endpoints::chat_walk::{self, RAW_VALUE_TOKEN};
 use crate::http::error::ApiError;
 use crate::providers::splice::{Key, Places, Span};
 use serde::de::{self, Deserializer, MapAccess, Visitor};
@@ -71,9 +71,6 @@ struct Top {
     places: Places,
 }
 
-/// The key serde_json's `Value` reads as a raw value when it comes first; left to the plain read.
-pub(crate) const RAW_VALUE_TOKEN: &str = "$serde_json::private::RawValue";
-
 impl<'de> Deserialize<'de> for Top {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct TopVisitor;
@@ -105,7 +102,7 @@ impl<'de> Deserialize<'de> for Top {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::endpoints::chat_walk::tests::odd_values;
+    use crate::endpoints::odd_json::odd_values;
     use crate::providers::splice::{splice_model, splice_spans};
     use serde_json::json;
 

@@ -10,13 +10,15 @@
 
 use crate::canonical::facts::role_named;
 use crate::canonical::{written_chars, ChatFacts, ChatRequest, Role};
-use crate::endpoints::chat_body::RAW_VALUE_TOKEN;
 use crate::providers::splice::{Key, Places, Span};
 use crate::support::json_view::scalars_are;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use std::fmt;
+
+/// The key serde_json's `Value` reads as a raw value when it comes first; left to the plain read.
+pub(crate) const RAW_VALUE_TOKEN: &str = "$serde_json::private::RawValue";
 
 /// The facts of a body that `ChatRequest::parse` accepts, and its `model`'s places; `None` when
 /// the walk is not sure.
@@ -717,9 +719,10 @@ impl<'de> Visitor<'de> for Plain {
 through!(Plain, deserialize_any, Plain);
 
 #[cfg(test)]
-pub(super) mod tests {
+mod tests {
     use super::*;
     use crate::endpoints::chat_body;
+    use crate::endpoints::odd_json::odd_values;
     use serde_json::json;
 
     /// A request using every member the walk looks into, in each of its shapes.
@@ -751,49 +754,6 @@ pub(super) mod tests {
             "top_p": 1, "stream": true, "stream_options": {"include_usage": true}, "parallel_tool_calls": false,
             "user": "u", "metadata": {"k": "v"}, "vendor_thing": [1, {"x": 2}]
         })
-    }
-
-    /// Values for any place in a request: each JSON kind, escapes, depths, what the checks ask
-    /// for somewhere, and what `Value` reads in its own way.
-    pub(in crate::endpoints) fn odd_values() -> Vec<String> {
-        let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
-        let mut out: Vec<String> = [
-            "null",
-            "true",
-            "false",
-            "0",
-            "-1",
-            "1.5",
-            "1e400",
-            "\"\"",
-            "\"gpt\\u00e9\"",
-            "\"\\ud800\"",
-            "\"a\\\"b\"",
-            "\"text\"",
-            "\"image_url\"",
-            "\"function\"",
-            "\"tool\"",
-            "\"assistant\"",
-            "\"auto\"",
-            "\"json_object\"",
-            "[]",
-            "{}",
-            "[\"x\"]",
-            "[{}]",
-            "{\"model\":\"y\"}",
-            "{\"url\":\"u\"}",
-            "{\"name\":\"f\",\"arguments\":\"{}\"}",
-            "{\"name\":\"\"}",
-            "[{\"type\":\"text\",\"text\":\"t\"}]",
-            "[{\"role\":\"user\",\"content\":\"c\"}]",
-            "{\"role\":\"user\",\"content\":\"c\"}",
-            "{\"$serde_json::private::RawValue\":\"1\"}",
-            "{\"$serde_json::private::RawValue\":\"{\\\"url\\\":\\\"u\\\"}\"}",
-        ]
-        .map(String::from)
-        .to_vec();
-        out.extend([deep(1), deep(120), deep(127), deep(200)]);
-        out
     }
 
     /// The walk's answer is `None`, or the facts and places of the request the parse reads.

@@ -10,6 +10,8 @@ pub mod health;
 pub mod messages;
 mod messages_body;
 pub mod models;
+#[cfg(test)]
+mod odd_json;
 pub mod responses;
 mod responses_body;
 pub mod route;
