@@ -11,11 +11,12 @@
 use crate::canonical::facts::role_named;
 use crate::canonical::{written_chars, ChatFacts, ChatRequest, Role};
 use crate::providers::splice::{Key, Places, Span};
-use crate::support::json_view::scalars_are;
+use crate::support::json_view::{scalars_are, NameIn};
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use std::fmt;
+use std::marker::PhantomData;
 
 /// The key serde_json's `Value` reads as a raw value when it comes first; left to the plain read.
 pub(crate) const RAW_VALUE_TOKEN: &str = "$serde_json::private::RawValue";
@@ -326,33 +327,57 @@ fn image_url(v: &Value) -> bool {
     })
 }
 
-/// A message's tool calls: how many, and the characters of their names and arguments.
-#[derive(Default)]
-struct Calls {
+/// A list's length and its elements' characters summed: a message's tool calls, the tools offered.
+struct Counted<T> {
     count: usize,
     chars: usize,
+    of: PhantomData<T>,
 }
 
-struct CallsVisitor;
-
-impl<'de> Visitor<'de> for CallsVisitor {
-    type Value = Calls;
-    expecting!();
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Calls, A::Error> {
-        let mut calls = Calls::default();
-        while let Some(call) = seq.next_element::<Call>()? {
-            calls.count += 1;
-            calls.chars += call.0;
-        }
-        Ok(calls)
+impl<T> Default for Counted<T> {
+    fn default() -> Self {
+        Counted { count: 0, chars: 0, of: PhantomData }
     }
 }
 
-through!(Calls, deserialize_seq, CallsVisitor);
+/// An element a [`Counted`] sums: its characters.
+trait Measured {
+    fn chars(&self) -> usize;
+}
+
+struct CountedVisitor<T>(PhantomData<T>);
+
+impl<'de, T: Deserialize<'de> + Measured> Visitor<'de> for CountedVisitor<T> {
+    type Value = Counted<T>;
+    expecting!();
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Counted<T>, A::Error> {
+        let mut all = Counted::default();
+        while let Some(item) = seq.next_element::<T>()? {
+            all.count += 1;
+            all.chars += item.chars();
+        }
+        Ok(all)
+    }
+}
+
+impl<'de, T: Deserialize<'de> + Measured> Deserialize<'de> for Counted<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_seq(CountedVisitor(PhantomData))
+    }
+}
+
+/// A message's tool calls: how many, and the characters of their names and arguments.
+type Calls = Counted<Call>;
 
 /// A tool call's characters (its function's name and arguments).
 struct Call(usize);
+
+impl Measured for Call {
+    fn chars(&self) -> usize {
+        self.0
+    }
+}
 
 const CALL: &[&str] = &["id", "type", "function"];
 
@@ -426,32 +451,16 @@ through!(IsFunction, deserialize_str, IsFunctionVisitor);
 
 /// The tools offered: how many, and the characters of their functions' names, descriptions and
 /// parameters (as compact JSON).
-#[derive(Default)]
-struct Tools {
-    count: usize,
-    chars: usize,
-}
-
-struct ToolsVisitor;
-
-impl<'de> Visitor<'de> for ToolsVisitor {
-    type Value = Tools;
-    expecting!();
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Tools, A::Error> {
-        let mut tools = Tools::default();
-        while let Some(tool) = seq.next_element::<Tool>()? {
-            tools.count += 1;
-            tools.chars += tool.0;
-        }
-        Ok(tools)
-    }
-}
-
-through!(Tools, deserialize_seq, ToolsVisitor);
+type Tools = Counted<Tool>;
 
 /// One tool's characters.
 struct Tool(usize);
+
+impl Measured for Tool {
+    fn chars(&self) -> usize {
+        self.0
+    }
+}
 
 const TOOL: &[&str] = &["type", "function"];
 
@@ -689,7 +698,7 @@ impl Visitor<'_> for Name {
         if s == RAW_VALUE_TOKEN {
             return Err(unsure());
         }
-        Ok(self.0.iter().position(|name| *name == s))
+        NameIn(self.0).visit_str(s)
     }
 }
 

@@ -62,21 +62,24 @@ pub(super) fn passthrough_chat(
 
 /// Whether [`build_chat`] would change nothing but the model: the output cap already in the
 /// field the vendor takes (or no default to fill in), and `stream_options` already as it must be.
-fn needs_no_rewrite(dep: &Deployment, req: &ChatFacts, force_usage: bool) -> bool {
-    let cap = dep.output_cap(req.max_output_tokens());
+fn needs_no_rewrite(dep: &Deployment, facts: &ChatFacts, force_usage: bool) -> bool {
+    let cap = dep.output_cap(facts.max_output_tokens());
     let within = |sent: Option<u64>| sent.is_none_or(|s| dep.within_max_output(s) == s);
     let cap_as_is = match dep.quirks.max_tokens_field {
-        MaxTokensField::MaxTokens => req.max_completion_tokens.is_none() && req.max_tokens == cap,
-        MaxTokensField::MaxCompletionTokens => req.max_tokens.is_none() && req.max_completion_tokens == cap,
+        MaxTokensField::MaxTokens => facts.max_completion_tokens.is_none() && facts.max_tokens == cap,
+        MaxTokensField::MaxCompletionTokens => facts.max_tokens.is_none() && facts.max_completion_tokens == cap,
         MaxTokensField::AsSent => {
-            within(req.max_tokens)
-                && within(req.max_completion_tokens)
-                && (req.max_output_tokens().is_some() || cap.is_none())
+            within(facts.max_tokens)
+                && within(facts.max_completion_tokens)
+                && (facts.max_output_tokens().is_some() || cap.is_none())
         }
     };
-    let options_as_is =
-        if !dep.quirks.stream_options || !req.stream { !req.stream_options } else { !force_usage || req.wants_usage };
-    let content_as_is = !dep.quirks.string_content || !req.text_parts;
+    let options_as_is = if !dep.quirks.stream_options || !facts.stream {
+        !facts.stream_options
+    } else {
+        !force_usage || facts.wants_usage
+    };
+    let content_as_is = !dep.quirks.string_content || !facts.text_parts;
     cap_as_is && options_as_is && content_as_is
 }
 

@@ -157,8 +157,8 @@ impl RequestOutcome {
 
     /// Records what the usage event needs from a chat request: tags, end user, estimate inputs.
     /// Returns the request's shape, so callers need not walk its text a second time.
-    pub fn describe(&mut self, chat: &ChatFacts) -> RequestShape {
-        self.describe_as(chat.metadata.as_ref(), chat.user.as_deref(), RequestShape::of_facts(chat))
+    pub fn describe(&mut self, facts: &ChatFacts) -> RequestShape {
+        self.describe_as(facts.metadata.as_ref(), facts.user.as_deref(), RequestShape::of_facts(facts))
     }
 
     /// The request's tags from `metadata`, its end user and its shape, however they were read.
